@@ -1,0 +1,306 @@
+//! The realistic example handler: validates an order and publishes a
+//! follow-up message for it.
+//!
+//! Input: a JSON object with `id` (string or number) and optional `qty`
+//! (positive integer). Test switches in the payload:
+//! - `"retry_until_attempt": N` — retry (after config `retry_delay_ms`,
+//!   default 10) while `attempt < N`;
+//! - `"always_retry": true` — always `retry(none)`, leaving the delay and the
+//!   dead-lettering to the host's policy.
+//!
+//! Otherwise publishes `{"order": id, "qty": qty, "source": message-id}` to
+//! the queue named by config `followup_queue` (default `shipping`).
+use serde_json::{Map, Value, json};
+use sluice_guest::{Guest, Level, Message, Outcome, PublishOptions};
+
+const DEFAULT_RETRY_DELAY_MS: u64 = 10;
+const DEFAULT_FOLLOWUP_QUEUE: &str = "shipping";
+
+struct Orders;
+
+struct Order {
+    /// The id as it appeared in the JSON (a string or a number).
+    id: Value,
+    /// The id as text, for headers and logs.
+    id_text: String,
+    qty: u64,
+}
+
+fn malformed(why: impl std::fmt::Display) -> Outcome {
+    Outcome::Reject(format!("malformed order: {why}"))
+}
+
+fn parse_order(obj: &Map<String, Value>) -> Result<Order, Outcome> {
+    let (id, id_text) = match obj.get("id") {
+        None => return Err(malformed("missing `id`")),
+        Some(Value::String(s)) => (Value::String(s.clone()), s.clone()),
+        Some(Value::Number(n)) => (Value::Number(n.clone()), n.to_string()),
+        Some(_) => return Err(malformed("`id` must be a string or a number")),
+    };
+    let qty = match obj.get("qty") {
+        None => 1,
+        Some(v) => match v.as_u64() {
+            Some(q) if q > 0 => q,
+            _ => {
+                return Err(malformed(format!(
+                    "`qty` must be a positive integer, got {v}"
+                )));
+            }
+        },
+    };
+    Ok(Order { id, id_text, qty })
+}
+
+/// The host calls the handler makes; a trait so the logic can be unit-tested
+/// natively.
+trait Host {
+    fn log(&self, level: Level, message: &str);
+    fn config(&self, key: &str) -> Option<String>;
+    fn publish(&self, queue: &str, payload: &[u8], options: &PublishOptions) -> Result<(), String>;
+}
+
+/// The real host, through the component's imports.
+struct Imports;
+
+impl Host for Imports {
+    fn log(&self, level: Level, message: &str) {
+        sluice_guest::log(level, message);
+    }
+    fn config(&self, key: &str) -> Option<String> {
+        sluice_guest::config_get(key)
+    }
+    fn publish(&self, queue: &str, payload: &[u8], options: &PublishOptions) -> Result<(), String> {
+        sluice_guest::publish::publish(queue, payload, options)
+    }
+}
+
+fn retry_delay_ms(host: &impl Host) -> u64 {
+    match host.config("retry_delay_ms") {
+        None => DEFAULT_RETRY_DELAY_MS,
+        Some(s) => s.trim().parse().unwrap_or_else(|_| {
+            host.log(
+                Level::Warn,
+                &format!(
+                    "config retry_delay_ms={s:?} is not a u64; using {DEFAULT_RETRY_DELAY_MS}"
+                ),
+            );
+            DEFAULT_RETRY_DELAY_MS
+        }),
+    }
+}
+
+impl Guest for Orders {
+    fn handle(message: Message) -> Outcome {
+        handle(&message, &Imports)
+    }
+}
+
+fn handle(message: &Message, host: &impl Host) -> Outcome {
+    let Ok(text) = std::str::from_utf8(&message.payload) else {
+        return Outcome::Reject("payload is not UTF-8".to_string());
+    };
+    let value: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => return malformed(e),
+    };
+    let Value::Object(obj) = value else {
+        return malformed("not a JSON object");
+    };
+    let order = match parse_order(&obj) {
+        Ok(o) => o,
+        Err(outcome) => return outcome,
+    };
+
+    if let Some(until) = obj.get("retry_until_attempt").and_then(Value::as_u64)
+        && u64::from(message.attempt) < until
+    {
+        let delay = retry_delay_ms(host);
+        host.log(
+            Level::Info,
+            &format!(
+                "order {}: attempt {} < {until}, retrying in {delay} ms",
+                order.id_text, message.attempt
+            ),
+        );
+        return Outcome::Retry(Some(delay));
+    }
+    if obj.get("always_retry") == Some(&Value::Bool(true)) {
+        host.log(
+            Level::Info,
+            &format!("order {}: always_retry set, retrying", order.id_text),
+        );
+        return Outcome::Retry(None);
+    }
+
+    let queue = host
+        .config("followup_queue")
+        .unwrap_or_else(|| DEFAULT_FOLLOWUP_QUEUE.to_string());
+    let followup = json!({
+        "order": order.id,
+        "qty": order.qty,
+        "source": &message.id,
+    });
+    let payload = serde_json::to_vec(&followup).expect("a JSON value serialises");
+    let options = PublishOptions {
+        headers: vec![("order-id".to_string(), order.id_text.clone())],
+        key: None,
+        delay_ms: None,
+    };
+    if let Err(e) = host.publish(&queue, &payload, &options) {
+        host.log(
+            Level::Error,
+            &format!("order {}: publish to {queue:?} failed: {e}", order.id_text),
+        );
+        return Outcome::Retry(None);
+    }
+    host.log(
+        Level::Info,
+        &format!(
+            "order {} (qty {}) from message {} forwarded to {queue}",
+            order.id_text, order.qty, message.id
+        ),
+    );
+    Outcome::Done
+}
+
+sluice_guest::export!(Orders);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    type Published = (String, Value, Vec<(String, String)>);
+
+    #[derive(Default)]
+    struct Fake {
+        config: Vec<(&'static str, &'static str)>,
+        fail_publish: bool,
+        /// (queue, payload, headers) of each publish.
+        published: RefCell<Vec<Published>>,
+        logs: RefCell<Vec<(u8, String)>>,
+    }
+
+    impl Host for Fake {
+        fn log(&self, level: Level, message: &str) {
+            self.logs
+                .borrow_mut()
+                .push((level as u8, message.to_string()));
+        }
+        fn config(&self, key: &str) -> Option<String> {
+            self.config
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.to_string())
+        }
+        fn publish(&self, queue: &str, payload: &[u8], o: &PublishOptions) -> Result<(), String> {
+            assert!(o.key.is_none() && o.delay_ms.is_none());
+            if self.fail_publish {
+                return Err("queue full".into());
+            }
+            let v = serde_json::from_slice(payload).unwrap();
+            self.published
+                .borrow_mut()
+                .push((queue.into(), v, o.headers.clone()));
+            Ok(())
+        }
+    }
+
+    fn msg(payload: &[u8], attempt: u32) -> Message {
+        Message {
+            id: "m-1".into(),
+            key: "m-1".into(),
+            queue: "orders".into(),
+            payload: payload.to_vec(),
+            headers: vec![],
+            attempt,
+            enqueued_at_ms: 0,
+        }
+    }
+
+    fn run(payload: &str, attempt: u32, host: &Fake) -> String {
+        format!("{:?}", handle(&msg(payload.as_bytes(), attempt), host))
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        let h = Fake::default();
+        let r = format!("{:?}", handle(&msg(&[0xff, 0xfe], 1), &h));
+        assert!(r.contains("payload is not UTF-8"), "{r}");
+        for (p, want) in [
+            ("nope", "malformed order: expected"),
+            ("[1]", "malformed order: not a JSON object"),
+            ("{}", "malformed order: missing `id`"),
+            (r#"{"id":true}"#, "must be a string or a number"),
+            (r#"{"id":1,"qty":0}"#, "`qty` must be a positive integer"),
+            (r#"{"id":1,"qty":-2}"#, "`qty` must be a positive integer"),
+            (r#"{"id":1,"qty":1.5}"#, "`qty` must be a positive integer"),
+        ] {
+            let r = run(p, 1, &h);
+            assert!(
+                r.starts_with("Outcome::Reject") && r.contains(want),
+                "{p}: {r}"
+            );
+        }
+        assert!(h.published.borrow().is_empty());
+    }
+
+    #[test]
+    fn publishes_followup() {
+        let h = Fake::default();
+        assert_eq!(run(r#"{"id":"A7","qty":3}"#, 1, &h), "Outcome::Done");
+        assert_eq!(run(r#"{"id":42}"#, 1, &h), "Outcome::Done");
+        let p = h.published.borrow();
+        assert_eq!(p[0].0, "shipping");
+        assert_eq!(p[0].1, json!({"order": "A7", "qty": 3, "source": "m-1"}));
+        assert_eq!(p[0].2, vec![("order-id".to_string(), "A7".to_string())]);
+        assert_eq!(p[1].1, json!({"order": 42, "qty": 1, "source": "m-1"}));
+        assert_eq!(p[1].2, vec![("order-id".to_string(), "42".to_string())]);
+    }
+
+    #[test]
+    fn followup_queue_from_config() {
+        let h = Fake {
+            config: vec![("followup_queue", "ship2")],
+            ..Default::default()
+        };
+        assert_eq!(run(r#"{"id":1}"#, 1, &h), "Outcome::Done");
+        assert_eq!(h.published.borrow()[0].0, "ship2");
+    }
+
+    #[test]
+    fn retries() {
+        let h = Fake::default();
+        let p = r#"{"id":1,"retry_until_attempt":3}"#;
+        assert_eq!(run(p, 1, &h), "Outcome::Retry(Some(10))");
+        assert_eq!(run(p, 2, &h), "Outcome::Retry(Some(10))");
+        assert_eq!(run(p, 3, &h), "Outcome::Done");
+        let h = Fake {
+            config: vec![("retry_delay_ms", "250")],
+            ..Default::default()
+        };
+        assert_eq!(run(p, 1, &h), "Outcome::Retry(Some(250))");
+        assert_eq!(
+            run(r#"{"id":1,"always_retry":true}"#, 9, &h),
+            "Outcome::Retry(None)"
+        );
+        assert_eq!(
+            run(r#"{"id":1,"always_retry":false}"#, 9, &h),
+            "Outcome::Done"
+        );
+    }
+
+    #[test]
+    fn publish_error_retries_and_logs() {
+        let h = Fake {
+            fail_publish: true,
+            ..Default::default()
+        };
+        assert_eq!(run(r#"{"id":1}"#, 1, &h), "Outcome::Retry(None)");
+        let logs = h.logs.borrow();
+        assert!(
+            logs.iter()
+                .any(|(l, m)| *l == Level::Error as u8 && m.contains("queue full"))
+        );
+    }
+}

@@ -1,0 +1,185 @@
+//! The broker: where messages wait, are leased, settled and dead-lettered.
+//!
+//! One small trait with the same semantics on every backend. Calls work in
+//! batches so that a networked backend makes one round trip per batch, not per
+//! message. The embedded SQLite broker is the default.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use crate::message::{Delivery, NewMessage};
+
+pub mod sqlite;
+
+pub use sqlite::SqliteBroker;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("broker storage error: {0}")]
+    Storage(String),
+    #[error("broker unavailable: {0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub type Result<T, E = BrokerError> = std::result::Result<T, E>;
+
+/// An idempotency key to take before a delivery is handled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyClaim {
+    pub key: String,
+    pub message_id: String,
+}
+
+/// What came of a [`KeyClaim`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimState {
+    /// The key is now leased to this delivery: handle it.
+    Acquired,
+    /// The key already completed within its retention: ack as a duplicate.
+    AlreadyDone,
+    /// Another delivery holds the key right now: try again later.
+    Busy,
+}
+
+/// How one delivery ends its lease. Each is applied atomically.
+#[derive(Clone, Debug)]
+pub enum Settlement {
+    /// Handled. Removes the message, records `key` as done for `retention`
+    /// and commits `publishes`, all in one step. If the key turns out to be
+    /// done already (a concurrent delivery won), the publishes are dropped
+    /// and the message counts as a duplicate.
+    Done {
+        delivery: Delivery,
+        key: Option<(String, Duration)>,
+        publishes: Vec<NewMessage>,
+    },
+    /// The key had completed before: remove the message without handling it.
+    Duplicate { delivery: Delivery },
+    /// Deliver again after `delay`; this attempt counts. Releases `key`.
+    Retry {
+        delivery: Delivery,
+        delay: Duration,
+        error: String,
+        key: Option<String>,
+    },
+    /// Put back for `delay` without counting an attempt (key busy, shutdown).
+    Defer { delivery: Delivery, delay: Duration },
+    /// Move to the dead letters. Releases `key`.
+    Dead {
+        delivery: Delivery,
+        reason: String,
+        error: Option<String>,
+        handler_version: Option<String>,
+        key: Option<String>,
+    },
+}
+
+impl Settlement {
+    pub fn delivery(&self) -> &Delivery {
+        match self {
+            Settlement::Done { delivery, .. }
+            | Settlement::Duplicate { delivery }
+            | Settlement::Retry { delivery, .. }
+            | Settlement::Defer { delivery, .. }
+            | Settlement::Dead { delivery, .. } => delivery,
+        }
+    }
+}
+
+/// A message in the dead-letter store.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct DeadLetter {
+    pub id: String,
+    pub queue: String,
+    pub key: String,
+    #[serde(skip)]
+    pub payload: Vec<u8>,
+    pub headers: Vec<(String, String)>,
+    pub attempts: u32,
+    pub enqueued_at_ms: u64,
+    pub died_at_ms: u64,
+    pub reason: String,
+    pub last_error: Option<String>,
+    pub handler_version: Option<String>,
+}
+
+/// Per-queue counts for `sluice stats`. The JSON field names are stable.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct QueueStats {
+    pub queue: String,
+    pub ready: u64,
+    pub delayed: u64,
+    pub in_flight: u64,
+    pub done: u64,
+    pub duplicates: u64,
+    pub retried: u64,
+    pub dead: u64,
+}
+
+impl QueueStats {
+    /// Messages not yet settled: ready, delayed or in flight.
+    pub fn pending(&self) -> u64 {
+        self.ready + self.delayed + self.in_flight
+    }
+}
+
+/// Which dead letters a replay takes.
+#[derive(Clone, Debug, Default)]
+pub struct ReplaySelector {
+    /// Only these ids; every dead letter of the queue when empty.
+    pub ids: Vec<String>,
+}
+
+#[async_trait]
+pub trait Broker: Send + Sync + 'static {
+    /// Enqueue messages, each after its own delay. Returns their ids in order.
+    async fn publish(&self, messages: Vec<NewMessage>) -> Result<Vec<String>>;
+
+    /// Lease up to `max` due messages of `queue` for `lease`. Every delivery
+    /// counts one attempt, whether or not it is settled before the lease ends.
+    async fn receive(&self, queue: &str, max: usize, lease: Duration) -> Result<Vec<Delivery>>;
+
+    /// Take idempotency keys of `queue` for `lease`, one answer per claim.
+    async fn claim(&self, queue: &str, claims: &[KeyClaim], lease: Duration) -> Result<Vec<ClaimState>>;
+
+    /// End leases. A settlement whose lease was lost to another consumer is
+    /// ignored, except `Done`, which still records its key so the other
+    /// consumer's copy becomes a duplicate.
+    async fn settle(&self, settlements: Vec<Settlement>) -> Result<()>;
+
+    /// Counts for one queue.
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStats>;
+
+    /// Counts for every queue the broker knows.
+    async fn stats(&self) -> Result<Vec<QueueStats>>;
+
+    /// The oldest `limit` dead letters of `queue`.
+    async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<DeadLetter>>;
+
+    async fn dead_letter(&self, queue: &str, id: &str) -> Result<Option<DeadLetter>>;
+
+    /// Move dead letters back to the queue with their attempts reset.
+    /// Returns how many were moved.
+    async fn replay(&self, queue: &str, selector: &ReplaySelector) -> Result<u64>;
+
+    /// Delete every dead letter of `queue`. Returns how many were deleted.
+    async fn purge(&self, queue: &str) -> Result<u64>;
+}
+
+/// Open the broker a URL names: `sqlite://PATH`.
+pub async fn connect(url: &str) -> anyhow::Result<std::sync::Arc<dyn Broker>> {
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        if path.is_empty() {
+            anyhow::bail!("broker URL {url:?} has no file path; write it like sqlite://sluice.db");
+        }
+        return Ok(std::sync::Arc::new(SqliteBroker::open(path)?));
+    }
+    if url.starts_with("redis://") {
+        anyhow::bail!("broker URL {url:?}: the Redis broker is not built into this version yet; use sqlite://PATH");
+    }
+    anyhow::bail!("unknown broker URL {url:?}: use sqlite://PATH")
+}

@@ -1,0 +1,33 @@
+//! `sluice check FILE.wasm`.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+
+use super::Context;
+use crate::runtime::Runtime;
+use crate::units::format_size;
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The component to check.
+    pub file: PathBuf,
+}
+
+pub fn check(ctx: &Context, args: CheckArgs) -> Result<()> {
+    let bytes = std::fs::read(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
+    let runtime = Runtime::new()?;
+    let report = crate::check::check(&runtime, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
+    if ctx.json {
+        return super::print_json(&report);
+    }
+    println!("{}: ok, implements {} ({})", args.file.display(), report.world, format_size(report.size));
+    for import in &report.imports {
+        println!("  import {import}");
+    }
+    for export in &report.exports {
+        println!("  export {export}");
+    }
+    Ok(())
+}

@@ -1,0 +1,111 @@
+//! The `sluice` command line: argument parsing and one module per command.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+use crate::config::{DEFAULT_BROKER, HostConfig, LogFormat};
+
+mod check;
+mod dlq;
+mod run;
+mod send;
+mod stats;
+
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, about = "Run sandboxed WebAssembly handlers over a message queue")]
+pub struct Cli {
+    /// Broker URL: sqlite://PATH (default sqlite://sluice.db).
+    #[arg(long, global = true, value_name = "URL")]
+    pub broker: Option<String>,
+    /// Config file (default: sluice.toml, when it exists).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the handlers in a directory.
+    Run(run::RunArgs),
+    /// Publish one message.
+    Send(send::SendArgs),
+    /// Inspect, replay or purge dead letters.
+    Dlq(dlq::DlqArgs),
+    /// Per-queue counts.
+    Stats,
+    /// Validate a handler component against the WIT world.
+    Check(check::CheckArgs),
+}
+
+/// What every command shares: the config file and the broker to use.
+pub struct Context {
+    pub config: HostConfig,
+    pub broker_url: String,
+    pub json: bool,
+}
+
+impl Context {
+    fn new(cli: &Cli) -> Result<Self> {
+        let config = match &cli.config {
+            Some(path) => HostConfig::load(path)?,
+            None if std::path::Path::new("sluice.toml").exists() => {
+                HostConfig::load(std::path::Path::new("sluice.toml"))?
+            }
+            None => HostConfig::default(),
+        };
+        let broker_url = cli
+            .broker
+            .clone()
+            .or_else(|| config.broker.clone())
+            .unwrap_or_else(|| DEFAULT_BROKER.to_string());
+        Ok(Context { config, broker_url, json: cli.json })
+    }
+
+    pub async fn broker(&self) -> Result<std::sync::Arc<dyn crate::broker::Broker>> {
+        crate::broker::connect(&self.broker_url).await
+    }
+
+    pub fn log_format(&self) -> LogFormat {
+        self.config.log_format.unwrap_or_default()
+    }
+
+    pub fn grace(&self) -> Duration {
+        self.config.shutdown_grace.map_or(Duration::from_secs(30), |d| d.0)
+    }
+}
+
+/// Run the parsed command line. Logging is set up here, once.
+pub async fn main(cli: Cli) -> Result<()> {
+    let ctx = Context::new(&cli)?;
+    init_logging(ctx.log_format());
+    match cli.command {
+        Command::Run(args) => run::run(&ctx, args).await,
+        Command::Send(args) => send::send(&ctx, args).await,
+        Command::Dlq(args) => dlq::dlq(&ctx, args).await,
+        Command::Stats => stats::stats(&ctx).await,
+        Command::Check(args) => check::check(&ctx, args),
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// Print a value as JSON on one line.
+pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<()> {
+    println!("{}", serde_json::to_string(value)?);
+    Ok(())
+}

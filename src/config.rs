@@ -1,0 +1,387 @@
+//! Configuration files: `sluice.toml` for the host and `NAME.toml` sidecars
+//! for handlers. Unknown fields are rejected by name; every error names the
+//! file, the line and the field.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+
+use crate::message::{DEFAULT_MAX_MESSAGE_SIZE, validate_queue_name};
+use crate::policy::{Backoff, RetryPolicy};
+use crate::units::{Dur, Size};
+
+/// The default broker URL when neither the CLI nor `sluice.toml` names one.
+pub const DEFAULT_BROKER: &str = "sqlite://sluice.db";
+
+/// `sluice.toml`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    /// `sqlite://PATH` or `redis://HOST:PORT`.
+    pub broker: Option<String>,
+    /// Directory of `NAME.wasm` handlers and `NAME.toml` sidecars.
+    pub handlers: Option<PathBuf>,
+    /// How long in-flight messages may run on after SIGINT/SIGTERM.
+    pub shutdown_grace: Option<Dur>,
+    /// Cap on payload plus headers of one message.
+    pub max_message_size: Option<Size>,
+    /// `text` (default) or `json`.
+    pub log_format: Option<LogFormat>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl HostConfig {
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        parse_toml(path, &text)
+    }
+
+    pub fn max_message_size(&self) -> u64 {
+        self.max_message_size.map_or(DEFAULT_MAX_MESSAGE_SIZE, |s| s.0)
+    }
+}
+
+/// Parse TOML into `T`, turning errors into one line: `FILE:LINE:COL: what`.
+pub fn parse_toml<T: for<'de> Deserialize<'de>>(path: &Path, text: &str) -> Result<T> {
+    toml::from_str(text).map_err(|e| {
+        let at = e
+            .span()
+            .map(|span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!(":{line}:{col}")
+            })
+            .unwrap_or_default();
+        anyhow::anyhow!("{}{at}: {}", path.display(), e.message().trim())
+    })
+}
+
+/// How a handler's instances are managed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InstanceMode {
+    /// A new instance for every message: nothing leaks between messages.
+    #[default]
+    Fresh,
+    /// Warm instances, each reused for up to `max_messages_per_instance`
+    /// messages and dropped after any failure.
+    Reuse,
+}
+
+/// A handler sidecar, `NAME.toml`, as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHandler {
+    queue: Option<String>,
+    instance_mode: Option<InstanceMode>,
+    max_messages_per_instance: Option<u32>,
+    concurrency: Option<usize>,
+    prefetch: Option<usize>,
+    lease: Option<Dur>,
+    #[serde(default)]
+    limits: RawLimits,
+    #[serde(default)]
+    retry: RawRetry,
+    #[serde(default)]
+    idempotency: RawIdempotency,
+    #[serde(default)]
+    config: BTreeMap<String, toml::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    timeout: Option<Dur>,
+    memory: Option<Size>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetry {
+    max_attempts: Option<u32>,
+    initial: Option<Dur>,
+    max: Option<Dur>,
+    factor: Option<f64>,
+    jitter: Option<bool>,
+    delays: Option<Vec<Dur>>,
+    max_guest_delay: Option<Dur>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIdempotency {
+    enabled: Option<bool>,
+    key_header: Option<String>,
+    key_pointer: Option<String>,
+    retention: Option<Dur>,
+}
+
+/// Where a handler's idempotency key comes from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum KeySource {
+    /// The message's own key: `send --key`, or the message id.
+    #[default]
+    Message,
+    /// The value of this header.
+    Header(String),
+    /// The string or number at this JSON pointer in the payload.
+    Pointer(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Idempotency {
+    pub enabled: bool,
+    pub source: KeySource,
+    /// How long a completed key is remembered.
+    pub retention: Duration,
+}
+
+/// Everything the host needs to know to serve one handler.
+#[derive(Clone, Debug)]
+pub struct HandlerSpec {
+    /// The file stem: `orders` for `orders.wasm`.
+    pub name: String,
+    pub queue: String,
+    pub instance_mode: InstanceMode,
+    pub max_messages_per_instance: u32,
+    /// Handler calls running at once.
+    pub concurrency: usize,
+    /// Messages leased ahead of the calls.
+    pub prefetch: usize,
+    /// How long a delivery stays invisible to other consumers.
+    pub lease: Duration,
+    pub timeout: Duration,
+    pub memory: u64,
+    pub retry: RetryPolicy,
+    pub idempotency: Idempotency,
+    pub config: BTreeMap<String, String>,
+}
+
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_MEMORY: u64 = 64 << 20;
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+impl HandlerSpec {
+    /// The spec for handler `name` with no sidecar.
+    pub fn defaults(name: &str) -> Result<Self> {
+        resolve(name, RawHandler::default()).map_err(|e| anyhow::anyhow!("handler {name}: {e}"))
+    }
+
+    /// Read the sidecar at `path` for handler `name`.
+    pub fn load(name: &str, path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read handler config {}", path.display()))?;
+        Self::parse(name, path, &text)
+    }
+
+    pub fn parse(name: &str, path: &Path, text: &str) -> Result<Self> {
+        let raw: RawHandler = parse_toml(path, text)?;
+        resolve(name, raw).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+}
+
+fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
+    let queue = raw.queue.unwrap_or_else(|| name.to_string());
+    validate_queue_name(&queue).map_err(|e| anyhow::anyhow!("field `queue`: {e}"))?;
+    let concurrency = raw.concurrency.unwrap_or(16);
+    if concurrency == 0 {
+        bail!("field `concurrency` must be at least 1");
+    }
+    let prefetch = raw.prefetch.unwrap_or(concurrency * 4).max(concurrency);
+    let lease = raw.lease.map_or(DEFAULT_LEASE, |d| d.0);
+    let timeout = raw.limits.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0);
+    if timeout.is_zero() {
+        bail!("field `limits.timeout` must be more than zero");
+    }
+    if timeout >= lease {
+        bail!(
+            "field `limits.timeout` ({}) must be shorter than `lease` ({}), or a message could be handled twice at once",
+            humantime::format_duration(timeout),
+            humantime::format_duration(lease)
+        );
+    }
+    let memory = raw.limits.memory.map_or(DEFAULT_MEMORY, |s| s.0);
+    if memory < 1 << 16 {
+        bail!("field `limits.memory` must be at least 64KiB");
+    }
+    let max_messages_per_instance = raw.max_messages_per_instance.unwrap_or(1000);
+    if max_messages_per_instance == 0 {
+        bail!("field `max_messages_per_instance` must be at least 1");
+    }
+    Ok(HandlerSpec {
+        name: name.to_string(),
+        queue,
+        instance_mode: raw.instance_mode.unwrap_or_default(),
+        max_messages_per_instance,
+        concurrency,
+        prefetch,
+        lease,
+        timeout,
+        memory,
+        retry: resolve_retry(raw.retry)?,
+        idempotency: resolve_idempotency(raw.idempotency)?,
+        config: resolve_values(raw.config)?,
+    })
+}
+
+fn resolve_retry(raw: RawRetry) -> Result<RetryPolicy> {
+    let defaults = RetryPolicy::default();
+    let max_attempts = raw.max_attempts.unwrap_or(defaults.max_attempts);
+    if max_attempts == 0 {
+        bail!("field `retry.max_attempts` must be at least 1");
+    }
+    let exponential_set = raw.initial.is_some() || raw.max.is_some() || raw.factor.is_some() || raw.jitter.is_some();
+    let backoff = match raw.delays {
+        Some(_) if exponential_set => bail!(
+            "`retry.delays` cannot be combined with `retry.initial`, `max`, `factor` or `jitter`: choose delay levels or exponential backoff"
+        ),
+        Some(levels) if levels.is_empty() => bail!("field `retry.delays` needs at least one delay"),
+        Some(levels) => Backoff::Fixed(levels.into_iter().map(|d| d.0).collect()),
+        None => {
+            let Backoff::Exponential { initial, max, factor, jitter } = defaults.backoff else {
+                unreachable!("the default backoff is exponential")
+            };
+            let initial = raw.initial.map_or(initial, |d| d.0);
+            let max = raw.max.map_or(max, |d| d.0);
+            let factor = raw.factor.unwrap_or(factor);
+            if !(1.0..=100.0).contains(&factor) {
+                bail!("field `retry.factor` must be between 1.0 and 100.0, not {factor}");
+            }
+            if initial > max {
+                bail!("field `retry.initial` must not be longer than `retry.max`");
+            }
+            Backoff::Exponential { initial, max, factor, jitter: raw.jitter.unwrap_or(jitter) }
+        }
+    };
+    Ok(RetryPolicy {
+        max_attempts,
+        backoff,
+        max_guest_delay: raw.max_guest_delay.map_or(defaults.max_guest_delay, |d| d.0),
+    })
+}
+
+fn resolve_idempotency(raw: RawIdempotency) -> Result<Idempotency> {
+    let source = match (raw.key_header, raw.key_pointer) {
+        (Some(_), Some(_)) => bail!("set one of `idempotency.key_header` and `idempotency.key_pointer`, not both"),
+        (Some(h), None) if h.is_empty() => bail!("field `idempotency.key_header` is empty"),
+        (Some(h), None) => KeySource::Header(h),
+        (None, Some(p)) if !p.starts_with('/') => {
+            bail!("field `idempotency.key_pointer` must be a JSON pointer starting with '/', like \"/order/id\"; got {p:?}")
+        }
+        (None, Some(p)) => KeySource::Pointer(p),
+        (None, None) => KeySource::Message,
+    };
+    Ok(Idempotency {
+        enabled: raw.enabled.unwrap_or(true),
+        source,
+        retention: raw.retention.map_or(DEFAULT_RETENTION, |d| d.0),
+    })
+}
+
+fn resolve_values(raw: BTreeMap<String, toml::Value>) -> Result<BTreeMap<String, String>> {
+    raw.into_iter()
+        .map(|(k, v)| {
+            let text = match v {
+                toml::Value::String(s) => s,
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                other => bail!(
+                    "field `config.{k}` must be a string, number or boolean, not a {}",
+                    other.type_str()
+                ),
+            };
+            Ok((k, text))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<HandlerSpec> {
+        HandlerSpec::parse("orders", Path::new("handlers/orders.toml"), text)
+    }
+
+    #[test]
+    fn defaults_bind_queue_to_file_name() {
+        let spec = parse("").unwrap();
+        assert_eq!(spec.queue, "orders");
+        assert_eq!(spec.instance_mode, InstanceMode::Fresh);
+        assert_eq!(spec.timeout, DEFAULT_TIMEOUT);
+        assert!(spec.idempotency.enabled);
+    }
+
+    #[test]
+    fn full_sidecar() {
+        let spec = parse(
+            r#"
+            queue = "orders-eu"
+            instance_mode = "reuse"
+            concurrency = 4
+            [limits]
+            timeout = "250ms"
+            memory = "16MiB"
+            [retry]
+            max_attempts = 3
+            delays = ["1m", "5m"]
+            [idempotency]
+            key_pointer = "/order/id"
+            retention = "1h"
+            [config]
+            followup_queue = "shipping"
+            retry_delay_ms = 10
+            "#,
+        )
+        .unwrap();
+        assert_eq!(spec.queue, "orders-eu");
+        assert_eq!(spec.instance_mode, InstanceMode::Reuse);
+        assert_eq!(spec.timeout, Duration::from_millis(250));
+        assert_eq!(spec.memory, 16 << 20);
+        assert_eq!(spec.retry.backoff, Backoff::Fixed(vec![Duration::from_secs(60), Duration::from_secs(300)]));
+        assert_eq!(spec.idempotency.source, KeySource::Pointer("/order/id".into()));
+        assert_eq!(spec.config["retry_delay_ms"], "10");
+    }
+
+    #[test]
+    fn unknown_field_is_named_with_file_and_line() {
+        let err = parse("queue = \"x\"\n[limits]\ntimeot = \"5s\"\n").unwrap_err().to_string();
+        assert!(err.starts_with("handlers/orders.toml:3:"), "{err}");
+        assert!(err.contains("timeot"), "{err}");
+        assert!(!err.contains('\n'), "one line: {err}");
+    }
+
+    #[test]
+    fn bad_duration_is_named() {
+        let err = parse("[limits]\ntimeout = \"5 parsecs\"\n").unwrap_err().to_string();
+        assert!(err.contains("handlers/orders.toml:2:") && err.contains("5 parsecs"), "{err}");
+    }
+
+    #[test]
+    fn contradictions_are_refused() {
+        assert!(parse("[retry]\ndelays = [\"1s\"]\nfactor = 3.0\n").unwrap_err().to_string().contains("retry.delays"));
+        assert!(parse("lease = \"1s\"\n[limits]\ntimeout = \"2s\"\n").unwrap_err().to_string().contains("limits.timeout"));
+        assert!(parse("[idempotency]\nkey_pointer = \"id\"\n").unwrap_err().to_string().contains("key_pointer"));
+        assert!(parse("queue = \"a/b\"\n").unwrap_err().to_string().contains("`queue`"));
+    }
+
+    #[test]
+    fn host_config_rejects_unknown_fields() {
+        let err = parse_toml::<HostConfig>(Path::new("sluice.toml"), "brokr = \"x\"\n").unwrap_err().to_string();
+        assert!(err.starts_with("sluice.toml:1:1") && err.contains("brokr"), "{err}");
+    }
+}

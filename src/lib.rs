@@ -1,0 +1,31 @@
+//! sluice: a message-handler runtime. A host pulls messages from a queue and
+//! hands each one to a sandboxed WebAssembly component, which answers
+//! `done`, `retry` or `reject`. The host owns delivery, idempotency, retries,
+//! dead letters and limits.
+//!
+//! The parts:
+//!
+//! * [`message`] — the envelope: what is published and what is delivered.
+//! * [`broker`] — the `Broker` trait and its backends (`sqlite`).
+//! * [`policy`] — pure retry and dead-letter decisions.
+//! * [`config`] — `sluice.toml` and handler sidecars.
+//! * [`runtime`] — the wasmtime engine, limits and the one `bindgen!`.
+//! * [`host`] — the host side of each imported WIT interface.
+//! * [`check`] — validating a component against the `handler` world.
+//! * [`registry`] — loading the handlers directory.
+//! * [`worker`] — the dispatch loop of one queue.
+//! * [`app`] — `run`: workers for every handler, shutdown, `--until-idle`.
+//! * [`cli`] — the `sluice` command line.
+
+pub mod app;
+pub mod broker;
+pub mod check;
+pub mod cli;
+pub mod config;
+pub mod host;
+pub mod message;
+pub mod policy;
+pub mod registry;
+pub mod runtime;
+pub mod units;
+pub mod worker;

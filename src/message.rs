@@ -1,0 +1,137 @@
+//! The message envelope: what a sender hands to a broker and what a broker
+//! hands back on delivery, plus the checks every entry point applies.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::units::format_size;
+
+/// The default cap on one message's payload plus headers.
+pub const DEFAULT_MAX_MESSAGE_SIZE: u64 = 1 << 20;
+
+/// A message on its way into a queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewMessage {
+    pub queue: String,
+    pub payload: Vec<u8>,
+    pub headers: Vec<(String, String)>,
+    /// Idempotency key; the message id when `None`.
+    pub key: Option<String>,
+    /// Deliver no earlier than this long after the publish commits.
+    pub delay: Duration,
+}
+
+impl NewMessage {
+    pub fn new(queue: impl Into<String>, payload: impl Into<Vec<u8>>) -> Self {
+        NewMessage {
+            queue: queue.into(),
+            payload: payload.into(),
+            headers: Vec::new(),
+            key: None,
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// Bytes this message occupies: payload, headers and key.
+    pub fn size(&self) -> u64 {
+        let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+        (self.payload.len() + headers + self.key.as_ref().map_or(0, String::len)) as u64
+    }
+
+    /// Check the queue name and the size limit; the error names what is wrong.
+    pub fn validate(&self, max_size: u64) -> Result<(), String> {
+        validate_queue_name(&self.queue)?;
+        let size = self.size();
+        if size > max_size {
+            return Err(format!(
+                "message for queue {:?} is {}, over the {} limit (raise max_message_size in sluice.toml, or send less)",
+                self.queue,
+                format_size(size),
+                format_size(max_size)
+            ));
+        }
+        if let Some(key) = &self.key
+            && key.is_empty()
+        {
+            return Err(format!("message for queue {:?} has an empty idempotency key", self.queue));
+        }
+        Ok(())
+    }
+}
+
+/// One delivery of a message, leased to this host until it is settled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    pub id: String,
+    pub queue: String,
+    /// The sender's idempotency key (the message id when none was given).
+    pub key: String,
+    pub payload: Vec<u8>,
+    pub headers: Vec<(String, String)>,
+    /// 1 on the first delivery, counting every delivery including those whose
+    /// lease expired.
+    pub attempt: u32,
+    pub enqueued_at_ms: u64,
+    /// Error text of the previous attempt, if it failed.
+    pub last_error: Option<String>,
+    /// The broker's proof of this lease, handed back when settling.
+    pub receipt: String,
+    /// When the lease runs out, in milliseconds since the Unix epoch.
+    pub lease_until_ms: u64,
+}
+
+impl Delivery {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Queue names are used in file names, keys and metrics: keep them plain.
+pub fn validate_queue_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "bad queue name {name:?}: use 1 to 128 of A-Z a-z 0-9 - _ ."
+        ))
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A new, time-ordered message id.
+pub fn new_id() -> String {
+    uuid::Uuid::now_v7().simple().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_names() {
+        assert!(validate_queue_name("orders.eu-1_x").is_ok());
+        assert!(validate_queue_name("").is_err());
+        assert!(validate_queue_name("a/b").unwrap_err().contains("a/b"));
+    }
+
+    #[test]
+    fn size_limit_names_queue_and_limit() {
+        let msg = NewMessage::new("orders", vec![0u8; 2 << 20]);
+        let err = msg.validate(DEFAULT_MAX_MESSAGE_SIZE).unwrap_err();
+        assert!(err.contains("orders") && err.contains("2MiB") && err.contains("1MiB"), "{err}");
+        assert!(NewMessage::new("orders", vec![0u8; 10]).validate(DEFAULT_MAX_MESSAGE_SIZE).is_ok());
+    }
+}

@@ -1,0 +1,307 @@
+//! What happens to a message after an attempt: a pure function of the
+//! outcome, the attempt number and the handler's policy.
+//!
+//! Nothing here touches a broker or a clock. Jitter comes in as a number in
+//! `[0, 1)` so that the decision is reproducible in tests.
+
+use std::time::Duration;
+
+/// How a handler's failed attempts are retried.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first delivery included. At least 1.
+    pub max_attempts: u32,
+    pub backoff: Backoff,
+    /// A guest's `retry(some(delay))` is cut down to this.
+    pub max_guest_delay: Duration,
+}
+
+/// The wait before the next attempt when the guest did not name one.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Backoff {
+    /// `initial * factor^(attempt-1)`, capped at `max`; with full jitter the
+    /// wait is drawn uniformly from `[0, that]`.
+    Exponential {
+        initial: Duration,
+        max: Duration,
+        factor: f64,
+        jitter: bool,
+    },
+    /// Delay levels: the n-th retry waits `delays[n-1]`; past the end of the
+    /// list the last level repeats.
+    Fixed(Vec<Duration>),
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 5,
+            backoff: Backoff::Exponential {
+                initial: Duration::from_secs(1),
+                max: Duration::from_secs(300),
+                factor: 2.0,
+                jitter: true,
+            },
+            max_guest_delay: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// How an attempt ended, as the policy sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Done,
+    /// The guest asked for a retry, optionally after a delay of its choosing.
+    Retry(Option<Duration>),
+    /// The guest rejected the message as poison.
+    Reject(String),
+    /// The attempt failed: trap, timeout, memory limit or instantiation.
+    Failed,
+}
+
+/// What the host does next.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    Ack,
+    Retry { delay: Duration },
+    Dead { reason: String },
+}
+
+/// Decide what follows attempt number `attempt` (1-based) that ended in `outcome`.
+pub fn decide(outcome: &Outcome, attempt: u32, policy: &RetryPolicy, jitter: f64) -> Decision {
+    let requested = match outcome {
+        Outcome::Done => return Decision::Ack,
+        Outcome::Reject(reason) => {
+            return Decision::Dead {
+                reason: format!("rejected: {reason}"),
+            };
+        }
+        Outcome::Retry(requested) => *requested,
+        Outcome::Failed => None,
+    };
+    if attempt >= policy.max_attempts {
+        return Decision::Dead {
+            reason: exhausted(policy.max_attempts),
+        };
+    }
+    let delay = match requested {
+        Some(d) => d.min(policy.max_guest_delay),
+        None => backoff_delay(&policy.backoff, attempt, jitter),
+    };
+    Decision::Retry { delay }
+}
+
+/// A delivery that arrives with more attempts behind it than the policy
+/// allows (leases that ran out, e.g. because the host was killed) goes
+/// straight to the dead letters without calling the handler.
+pub fn over_limit(attempt: u32, policy: &RetryPolicy) -> Option<Decision> {
+    (attempt > policy.max_attempts).then(|| Decision::Dead {
+        reason: exhausted(policy.max_attempts),
+    })
+}
+
+fn exhausted(max_attempts: u32) -> String {
+    format!("gave up after {max_attempts} attempt(s)")
+}
+
+/// The wait after failed attempt number `attempt` (1-based).
+pub fn backoff_delay(backoff: &Backoff, attempt: u32, jitter: f64) -> Duration {
+    let retry_index = attempt.max(1) - 1;
+    match backoff {
+        Backoff::Fixed(levels) => match levels.len() {
+            0 => Duration::ZERO,
+            n => levels[(retry_index as usize).min(n - 1)],
+        },
+        Backoff::Exponential {
+            initial,
+            max,
+            factor,
+            jitter: use_jitter,
+        } => {
+            // powi saturates to infinity for large exponents; `min` then caps it.
+            let exponent = retry_index.min(i32::MAX as u32) as i32;
+            let ceiling = (initial.as_secs_f64() * factor.powi(exponent)).min(max.as_secs_f64());
+            let ceiling = if ceiling.is_finite() { ceiling } else { max.as_secs_f64() };
+            let secs = if *use_jitter {
+                ceiling * jitter.clamp(0.0, 1.0)
+            } else {
+                ceiling
+            };
+            Duration::from_secs_f64(secs).min(*max)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn expo(jitter: bool) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: 4,
+            backoff: Backoff::Exponential {
+                initial: Duration::from_millis(100),
+                max: Duration::from_secs(1),
+                factor: 2.0,
+                jitter,
+            },
+            max_guest_delay: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn done_acks_and_reject_dies_at_once() {
+        let p = expo(false);
+        assert_eq!(decide(&Outcome::Done, 4, &p, 0.5), Decision::Ack);
+        assert_eq!(
+            decide(&Outcome::Reject("bad json".into()), 1, &p, 0.5),
+            Decision::Dead { reason: "rejected: bad json".into() }
+        );
+    }
+
+    #[test]
+    fn exponential_without_jitter_doubles_then_caps() {
+        let p = expo(false);
+        let delays: Vec<_> = (1..4)
+            .map(|a| match decide(&Outcome::Failed, a, &p, 0.0) {
+                Decision::Retry { delay } => delay,
+                other => panic!("attempt {a}: {other:?}"),
+            })
+            .collect();
+        assert_eq!(delays, [100, 200, 400].map(Duration::from_millis));
+        assert_eq!(
+            backoff_delay(&p.backoff, 10, 0.0),
+            Duration::from_secs(1),
+            "capped at max"
+        );
+    }
+
+    #[test]
+    fn full_jitter_scales_the_ceiling() {
+        let p = expo(true);
+        assert_eq!(backoff_delay(&p.backoff, 2, 0.5), Duration::from_millis(100));
+        assert_eq!(backoff_delay(&p.backoff, 2, 0.0), Duration::ZERO);
+    }
+
+    #[test]
+    fn last_attempt_dies_with_reason() {
+        let p = expo(false);
+        assert_eq!(
+            decide(&Outcome::Retry(None), 4, &p, 0.0),
+            Decision::Dead { reason: "gave up after 4 attempt(s)".into() }
+        );
+    }
+
+    #[test]
+    fn fixed_levels_repeat_the_last() {
+        let p = RetryPolicy {
+            backoff: Backoff::Fixed(vec![Duration::from_secs(60), Duration::from_secs(300)]),
+            ..expo(false)
+        };
+        let d = |a| decide(&Outcome::Failed, a, &p, 0.9);
+        assert_eq!(d(1), Decision::Retry { delay: Duration::from_secs(60) });
+        assert_eq!(d(2), Decision::Retry { delay: Duration::from_secs(300) });
+        assert_eq!(d(3), Decision::Retry { delay: Duration::from_secs(300) });
+    }
+
+    #[test]
+    fn guest_delay_is_capped() {
+        let p = expo(false);
+        assert_eq!(
+            decide(&Outcome::Retry(Some(Duration::from_secs(3600))), 1, &p, 0.0),
+            Decision::Retry { delay: Duration::from_secs(10) }
+        );
+        assert_eq!(
+            decide(&Outcome::Retry(Some(Duration::from_millis(5))), 1, &p, 0.0),
+            Decision::Retry { delay: Duration::from_millis(5) }
+        );
+    }
+
+    #[test]
+    fn over_limit_only_past_max() {
+        let p = expo(false);
+        assert_eq!(over_limit(4, &p), None);
+        assert!(matches!(over_limit(5, &p), Some(Decision::Dead { .. })));
+    }
+
+    fn any_policy() -> impl Strategy<Value = RetryPolicy> {
+        let expo = (1u64..10_000, 1u64..1_000_000, 1.0f64..10.0, any::<bool>()).prop_map(
+            |(initial, max, factor, jitter)| Backoff::Exponential {
+                initial: Duration::from_millis(initial),
+                max: Duration::from_millis(max),
+                factor,
+                jitter,
+            },
+        );
+        let fixed = prop::collection::vec(0u64..10_000_000, 0..6)
+            .prop_map(|ms| Backoff::Fixed(ms.into_iter().map(Duration::from_millis).collect()));
+        (1u32..20, prop_oneof![expo, fixed], 0u64..10_000_000).prop_map(|(max_attempts, backoff, cap)| {
+            RetryPolicy {
+                max_attempts,
+                backoff,
+                max_guest_delay: Duration::from_millis(cap),
+            }
+        })
+    }
+
+    fn any_outcome() -> impl Strategy<Value = Outcome> {
+        prop_oneof![
+            Just(Outcome::Done),
+            Just(Outcome::Failed),
+            Just(Outcome::Retry(None)),
+            (0u64..u64::MAX / 2).prop_map(|ms| Outcome::Retry(Some(Duration::from_millis(ms)))),
+            "[a-z]{0,8}".prop_map(Outcome::Reject),
+        ]
+    }
+
+    fn upper_bound(backoff: &Backoff) -> Duration {
+        match backoff {
+            Backoff::Exponential { max, .. } => *max,
+            Backoff::Fixed(levels) => levels.iter().copied().max().unwrap_or_default(),
+        }
+    }
+
+    proptest! {
+        /// Retrying never goes past max_attempts: at or beyond it, only Ack or Dead.
+        #[test]
+        fn never_retries_past_max_attempts(p in any_policy(), o in any_outcome(), extra in 0u32..5, j in 0.0f64..1.0) {
+            let d = decide(&o, p.max_attempts + extra, &p, j);
+            prop_assert!(!matches!(d, Decision::Retry { .. }), "{d:?}");
+        }
+
+        /// Below max_attempts a failure is always retried, never dropped.
+        #[test]
+        fn failures_below_max_are_retried(p in any_policy(), j in 0.0f64..1.0, a in 1u32..20) {
+            prop_assume!(a < p.max_attempts);
+            prop_assert!(matches!(decide(&Outcome::Failed, a, &p, j), Decision::Retry { .. }));
+        }
+
+        /// Policy delays stay within [0, max] (or the largest fixed level), and a
+        /// guest's delay never exceeds the cap.
+        #[test]
+        fn delays_stay_in_bounds(p in any_policy(), o in any_outcome(), a in 1u32..40, j in 0.0f64..1.0) {
+            if let Decision::Retry { delay } = decide(&o, a, &p, j) {
+                match o {
+                    Outcome::Retry(Some(asked)) => {
+                        prop_assert!(delay <= p.max_guest_delay);
+                        prop_assert!(delay <= asked);
+                    }
+                    _ => prop_assert!(delay <= upper_bound(&p.backoff), "{delay:?} > {:?}", upper_bound(&p.backoff)),
+                }
+            }
+        }
+
+        /// Without jitter, exponential backoff never shrinks from one attempt to the next.
+        #[test]
+        fn exponential_is_monotone(initial in 1u64..10_000, max in 1u64..1_000_000, factor in 1.0f64..10.0, a in 1u32..60) {
+            let b = Backoff::Exponential {
+                initial: Duration::from_millis(initial),
+                max: Duration::from_millis(max),
+                factor,
+                jitter: false,
+            };
+            prop_assert!(backoff_delay(&b, a, 0.0) <= backoff_delay(&b, a + 1, 0.0));
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! One loaded handler version: its prepared component, its limits and, in
+//! `reuse` mode, its warm instances. `invoke` runs one delivery and says how
+//! it ended; it never fails the host.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use wasmtime::{Store, UpdateDeadline, WasmBacktrace};
+
+use super::Runtime;
+use super::bindings::{self, HandlerPre};
+use super::limits::TimedOut;
+use crate::check::one_line;
+use crate::config::{HandlerSpec, InstanceMode};
+use crate::host::{HandlerContext, HostState};
+use crate::message::{Delivery, NewMessage};
+use crate::policy::Outcome;
+
+/// Why an attempt failed without an outcome from the guest.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    #[error("trap: {0}")]
+    Trap(String),
+    #[error("timeout: {0}")]
+    Timeout(String),
+    #[error("memory limit: {0}")]
+    MemoryLimit(String),
+    #[error("instantiation failed: {0}")]
+    Instantiate(String),
+}
+
+/// How one call of `handle` ended, with the publishes it asked for.
+#[derive(Debug)]
+pub struct Invocation {
+    pub result: Result<Outcome, Failure>,
+    /// Held publishes; empty unless the guest returned an outcome.
+    pub publishes: Vec<NewMessage>,
+}
+
+struct Warm {
+    store: Store<HostState>,
+    instance: bindings::Handler,
+    uses: u32,
+}
+
+pub struct Handler {
+    pub spec: HandlerSpec,
+    /// Content hash of the component (first 16 hex digits of its SHA-256).
+    pub version: String,
+    pub source: PathBuf,
+    context: Arc<HandlerContext>,
+    pre: HandlerPre<HostState>,
+    runtime: Runtime,
+    warm: Mutex<Vec<Warm>>,
+}
+
+impl Handler {
+    pub fn new(
+        runtime: &Runtime,
+        spec: HandlerSpec,
+        source: PathBuf,
+        version: String,
+        pre: HandlerPre<HostState>,
+        max_message_size: u64,
+    ) -> Self {
+        let context = Arc::new(HandlerContext {
+            name: spec.name.clone(),
+            version: version.clone(),
+            config: spec.config.clone(),
+            max_message_size,
+        });
+        Handler {
+            spec,
+            version,
+            source,
+            context,
+            pre,
+            runtime: runtime.clone(),
+            warm: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Run `handle` for one delivery.
+    pub async fn invoke(&self, delivery: &Delivery) -> Invocation {
+        let failed = |f| Invocation { result: Err(f), publishes: Vec::new() };
+        let warm = match self.spec.instance_mode {
+            InstanceMode::Reuse => self.warm.lock().expect("warm pool lock").pop(),
+            InstanceMode::Fresh => None,
+        };
+        let Warm { mut store, instance, uses } = match warm {
+            Some(w) => w,
+            None => {
+                let mut store = self.new_store();
+                match self.pre.instantiate_async(&mut store).await {
+                    Ok(instance) => Warm { store, instance, uses: 0 },
+                    Err(e) => return failed(classify(e, &store, true)),
+                }
+            }
+        };
+        let state = store.data_mut();
+        state.message_id.clone_from(&delivery.id);
+        state.held.clear();
+        state.deadline = Instant::now() + self.spec.timeout;
+        store.set_epoch_deadline(1);
+        let message = to_wit(delivery);
+        match instance.call_handle(&mut store, &message).await {
+            Ok(outcome) => {
+                let publishes = std::mem::take(&mut store.data_mut().held);
+                let uses = uses + 1;
+                if self.spec.instance_mode == InstanceMode::Reuse && uses < self.spec.max_messages_per_instance {
+                    self.warm.lock().expect("warm pool lock").push(Warm { store, instance, uses });
+                }
+                Invocation { result: Ok(from_wit(outcome)), publishes }
+            }
+            // The store, and with it a possibly broken instance, is dropped here.
+            Err(e) => failed(classify(e, &store, false)),
+        }
+    }
+
+    /// Warm instances waiting in the pool (`reuse` mode).
+    pub fn warm_instances(&self) -> usize {
+        self.warm.lock().expect("warm pool lock").len()
+    }
+
+    fn new_store(&self) -> Store<HostState> {
+        let mut store = Store::new(
+            self.runtime.engine(),
+            HostState::new(self.context.clone(), self.spec.memory),
+        );
+        store.limiter(|s| &mut s.limiter);
+        let timeout = self.spec.timeout;
+        store.epoch_deadline_callback(move |ctx| {
+            if Instant::now() >= ctx.data().deadline {
+                Err(wasmtime::Error::new(TimedOut(timeout)))
+            } else {
+                // Let other tasks on this thread run while the guest computes.
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        store.data_mut().deadline = Instant::now() + timeout;
+        store.set_epoch_deadline(1);
+        store
+    }
+}
+
+fn to_wit(d: &Delivery) -> bindings::Message {
+    bindings::Message {
+        id: d.id.clone(),
+        key: d.key.clone(),
+        queue: d.queue.clone(),
+        payload: d.payload.clone(),
+        headers: d.headers.clone(),
+        attempt: d.attempt,
+        enqueued_at_ms: d.enqueued_at_ms,
+    }
+}
+
+fn from_wit(outcome: bindings::Outcome) -> Outcome {
+    match outcome {
+        bindings::Outcome::Done => Outcome::Done,
+        bindings::Outcome::Retry(ms) => Outcome::Retry(ms.map(Duration::from_millis)),
+        bindings::Outcome::Reject(reason) => Outcome::Reject(reason),
+    }
+}
+
+fn classify(err: wasmtime::Error, store: &Store<HostState>, instantiating: bool) -> Failure {
+    if let Some(hit) = &store.data().limiter.hit {
+        return Failure::MemoryLimit(hit.to_string());
+    }
+    if let Some(t) = err.downcast_ref::<TimedOut>() {
+        return Failure::Timeout(t.to_string());
+    }
+    if let Some(trap) = err.downcast_ref::<wasmtime::Trap>() {
+        let place = err
+            .downcast_ref::<WasmBacktrace>()
+            .and_then(|bt| bt.frames().iter().find_map(|f| f.func_name().map(str::to_string)))
+            .map(|name| format!(" in {name}"))
+            .unwrap_or_default();
+        return Failure::Trap(format!("{trap}{place}"));
+    }
+    if instantiating {
+        Failure::Instantiate(one_line(&err))
+    } else {
+        Failure::Trap(one_line(&err))
+    }
+}

@@ -1,0 +1,95 @@
+//! The WebAssembly runtime: one `Engine` with the pooling allocator, one
+//! `Linker` with WASI p2 and the sluice imports, and the one `bindgen!`.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::host::HostState;
+
+pub mod handler;
+pub mod limits;
+
+pub use handler::{Failure, Handler, Invocation};
+
+/// Generated from `wit/`: the `handler` world and its interfaces.
+pub mod bindings {
+    wasmtime::component::bindgen!({
+        path: "wit",
+        world: "handler",
+        // `handle` runs on a fiber so that the epoch deadline can yield to
+        // tokio and time the call out; the imports are quick, plain calls.
+        exports: { default: async },
+    });
+}
+
+/// The largest memory cap a handler may ask for.
+pub const MAX_HANDLER_MEMORY: u64 = 4 << 30;
+
+/// Engine, linker and epoch ticker, shared by every handler.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    linker: Linker<HostState>,
+    _ticker: limits::EpochTicker,
+}
+
+impl Runtime {
+    pub fn new() -> Result<Self> {
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(1000)
+            .total_core_instances(10_000)
+            .total_memories(2000)
+            .total_tables(10_000)
+            .total_stacks(1000)
+            .max_core_instances_per_component(64)
+            .max_memories_per_component(8)
+            .max_tables_per_component(64)
+            .max_component_instance_size(1 << 20)
+            .max_core_instance_size(1 << 20)
+            .table_elements(200_000)
+            .max_memory_size(MAX_HANDLER_MEMORY as usize)
+            // Reset small memories with memset rather than madvise: cheaper
+            // for the few pages a handler touches per message.
+            .linear_memory_keep_resident(1 << 20)
+            .table_keep_resident(1 << 16);
+        let mut config = Config::new();
+        config
+            .epoch_interruption(true)
+            .wasm_component_model(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config).map_err(|e| anyhow::Error::from(e).context("cannot create the WebAssembly engine"))?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| anyhow::Error::from(e).context("cannot link WASI"))?;
+        bindings::Handler::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(|e| anyhow::Error::from(e).context("cannot link the sluice imports"))?;
+        let ticker = limits::EpochTicker::start(engine.clone());
+        Ok(Runtime {
+            inner: Arc::new(Inner { engine, linker, _ticker: ticker }),
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    pub fn linker(&self) -> &Linker<HostState> {
+        &self.inner.linker
+    }
+
+    /// Compile and validate a component against the `handler` world.
+    pub fn prepare(&self, bytes: &[u8]) -> Result<bindings::HandlerPre<HostState>, crate::check::CheckError> {
+        crate::check::prepare(self, bytes)
+    }
+
+    pub(crate) fn compile(&self, bytes: &[u8]) -> wasmtime::Result<Component> {
+        Component::new(self.engine(), bytes)
+    }
+}
