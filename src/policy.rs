@@ -274,7 +274,8 @@ mod tests {
         #[test]
         fn failures_below_max_are_retried(p in any_policy(), j in 0.0f64..1.0, a in 1u32..20) {
             prop_assume!(a < p.max_attempts);
-            prop_assert!(matches!(decide(&Outcome::Failed, a, &p, j), Decision::Retry { .. }));
+            let retried = matches!(decide(&Outcome::Failed, a, &p, j), Decision::Retry { .. });
+            prop_assert!(retried);
         }
 
         /// Policy delays stay within [0, max] (or the largest fixed level), and a

@@ -503,20 +503,15 @@ fn delete_message(conn: &Connection, id: &str, receipt: Option<&str>) -> Result<
     Ok(n == 1)
 }
 
-/// Mark `key` done for this delivery. False when another delivery had already
-/// completed it, which makes this one a duplicate.
+/// Mark `key` done for this delivery. False when it was already done (by
+/// another message with the key, or by an earlier delivery of this one whose
+/// lease ran out), which makes this delivery a duplicate.
 fn record_done(conn: &Connection, d: &Delivery, key: &str, retention: Duration, now: i64) -> Result<bool> {
-    let existing: Option<(bool, String, i64)> = conn
-        .prepare_cached("SELECT done, holder, expires_at FROM keys WHERE queue = ?1 AND key = ?2")
-        .and_then(|mut s| {
-            s.query_row(params![d.queue, key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()
-        })
+    let done_until: Option<i64> = conn
+        .prepare_cached("SELECT expires_at FROM keys WHERE queue = ?1 AND key = ?2 AND done = 1")
+        .and_then(|mut s| s.query_row(params![d.queue, key], |r| r.get(0)).optional())
         .map_err(storage)?;
-    if let Some((true, holder, expires)) = existing
-        && expires > now
-        && holder != d.id
-    {
+    if done_until.is_some_and(|expires| expires > now) {
         return Ok(false);
     }
     conn.prepare_cached("INSERT OR REPLACE INTO keys (queue, key, done, holder, expires_at) VALUES (?1, ?2, 1, ?3, ?4)")

@@ -1,0 +1,17 @@
+//! sluice's integration tests: one binary, one module per capability.
+//!
+//! Tests drive the real `sluice` binary (or the library) with real guest
+//! components from `guests/` and real SQLite files. Guests are built by
+//! `scripts/build-guests`, which `scripts/test` runs first; a missing guest is
+//! a failure that says so, never a skip.
+//!
+//! Where new tests go: a new capability gets a new module here; shared
+//! helpers live in `support`.
+
+mod bad_input;
+mod conformance;
+mod crash;
+mod hostile;
+mod outcomes;
+mod shutdown;
+mod support;

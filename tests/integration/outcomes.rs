@@ -1,0 +1,203 @@
+//! Each outcome a handler can return, end to end through `sluice run`.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{Env, lines_with};
+
+const ORDERS: &str = r#"
+[retry]
+max_attempts = 3
+delays = ["10ms"]
+[config]
+followup_queue = "shipping"
+retry_delay_ms = 10
+"#;
+
+#[test]
+fn done_acks_and_counts() {
+    let env = Env::new();
+    env.deploy("hello", "hello", None);
+    for i in 0..5 {
+        env.send("hello", &format!("message {i}"), &[]);
+    }
+    assert_eq!(env.count("hello", "ready"), 5);
+    let log = env.run_until_idle();
+    let stats = env.stats();
+    assert_eq!(stats["hello"]["done"], 5);
+    assert_eq!(stats["hello"]["ready"], 0);
+    assert_eq!(stats["hello"]["dead"], 0);
+    assert_eq!(lines_with(&log, "hello from sluice").len(), 5, "{log}");
+}
+
+#[test]
+fn retry_then_done_and_publish_arrives_on_other_queue() {
+    let env = Env::new();
+    env.deploy("orders", "orders", Some(ORDERS));
+    env.send("orders", r#"{"id": 41, "qty": 3, "retry_until_attempt": 3}"#, &[]);
+    env.run_until_idle();
+    let stats = env.stats();
+    assert_eq!(stats["orders"]["done"], 1);
+    assert_eq!(stats["orders"]["retried"], 2, "attempts 1 and 2 asked for a retry");
+    assert_eq!(stats["orders"]["dead"], 0);
+    let shipped = env.drain("shipping");
+    assert_eq!(shipped.len(), 1, "exactly one follow-up, from the attempt that succeeded");
+    let body: serde_json::Value = serde_json::from_slice(&shipped[0].payload).unwrap();
+    assert_eq!(body["order"], 41);
+    assert_eq!(body["qty"], 3);
+    assert_eq!(shipped[0].header("order-id"), Some("41"));
+}
+
+#[test]
+fn retry_until_dead_keeps_attempts_and_error() {
+    let env = Env::new();
+    env.deploy("orders", "orders", Some(ORDERS));
+    let id = env.send("orders", r#"{"id": 1, "always_retry": true}"#, &[]);
+    env.run_until_idle();
+    let stats = env.stats();
+    assert_eq!(stats["orders"]["dead"], 1);
+    assert_eq!(stats["orders"]["retried"], 2);
+    assert_eq!(stats["orders"]["done"], 0);
+    let dead = env.dead("orders");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0]["id"], id.as_str());
+    assert_eq!(dead[0]["attempts"], 3);
+    assert_eq!(dead[0]["reason"], "gave up after 3 attempt(s)");
+    assert_eq!(dead[0]["last_error"], "handler asked for a retry");
+    assert!(dead[0]["handler_version"].as_str().is_some_and(|v| v.len() == 16));
+    assert!(env.drain("shipping").is_empty(), "publishes of failed attempts are discarded");
+}
+
+#[test]
+fn reject_goes_to_dead_letters_at_once() {
+    let env = Env::new();
+    env.deploy("orders", "orders", Some(ORDERS));
+    let id = env.send("orders", "not json", &[]);
+    env.run_until_idle();
+    let stats = env.stats();
+    assert_eq!(stats["orders"]["dead"], 1);
+    assert_eq!(stats["orders"]["retried"], 0, "a reject is never retried");
+    let shown: serde_json::Value = serde_json::from_str(&env.sluice(&["--json", "dlq", "show", "orders", &id])).unwrap();
+    assert_eq!(shown["attempts"], 1);
+    assert!(shown["reason"].as_str().unwrap().starts_with("rejected: malformed order"), "{shown}");
+    assert_eq!(shown["payload"], "not json");
+    let text = env.sluice(&["dlq", "show", "orders", &id]);
+    assert!(text.contains("payload:   not json"), "{text}");
+}
+
+#[test]
+fn replay_after_fixing_config_then_done_and_purge() {
+    let env = Env::new();
+    // One attempt only: an order that needs two attempts dies.
+    env.deploy("orders", "orders", Some("[retry]\nmax_attempts = 1\n[config]\nretry_delay_ms = 10\n"));
+    let id = env.send("orders", r#"{"id": 9, "retry_until_attempt": 2}"#, &[]);
+    env.send("orders", "not json", &[]);
+    env.run_until_idle();
+    assert_eq!(env.count("orders", "dead"), 2);
+
+    // Fix the policy and replay just the first one.
+    env.deploy("orders", "orders", Some(ORDERS));
+    let out = env.sluice(&["dlq", "replay", "orders", "--id", &id]);
+    assert!(out.contains("replayed 1"), "{out}");
+    assert_eq!(env.count("orders", "dead"), 1);
+    assert_eq!(env.count("orders", "ready"), 1);
+    env.run_until_idle();
+    let stats = env.stats();
+    assert_eq!(stats["orders"]["done"], 1);
+    assert_eq!(stats["orders"]["dead"], 1);
+    assert_eq!(env.drain("shipping").len(), 1);
+
+    let missing = env.sluice_raw(&["dlq", "replay", "orders", "--id", "nope"]);
+    assert!(!missing.status.success());
+    let purged = env.sluice(&["--json", "dlq", "purge", "orders"]);
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&purged).unwrap()["purged"], 1);
+    assert_eq!(env.count("orders", "dead"), 0);
+}
+
+#[test]
+fn duplicate_keys_are_not_handled_twice() {
+    let env = Env::new();
+    env.deploy("orders", "orders", Some(ORDERS));
+    env.send("orders", r#"{"id": 1}"#, &["--key", "order-1"]);
+    env.send("orders", r#"{"id": 1}"#, &["--key", "order-1"]);
+    env.send("orders", r#"{"id": 2}"#, &["--key", "order-2"]);
+    env.run_until_idle();
+    // Sent again after the first completed: still a duplicate.
+    env.send("orders", r#"{"id": 1}"#, &["--key", "order-1"]);
+    env.run_until_idle();
+    let stats = env.stats();
+    assert_eq!(stats["orders"]["done"], 2);
+    assert_eq!(stats["orders"]["duplicates"], 2);
+    assert_eq!(env.drain("shipping").len(), 2, "one follow-up per distinct key");
+}
+
+#[test]
+fn idempotency_key_from_header_or_json_pointer() {
+    let env = Env::new();
+    env.deploy("orders", "by_header", Some("[idempotency]\nkey_header = \"Idempotency-Key\"\n"));
+    env.deploy("orders", "by_pointer", Some("[idempotency]\nkey_pointer = \"/id\"\n"));
+    env.send("by_header", r#"{"id": 1}"#, &["--header", "Idempotency-Key=a"]);
+    env.send("by_header", r#"{"id": 2}"#, &["--header", "Idempotency-Key=a"]);
+    env.send("by_header", r#"{"id": 3}"#, &["--header", "Idempotency-Key=b"]);
+    env.send("by_pointer", r#"{"id": 7, "qty": 1}"#, &[]);
+    env.send("by_pointer", r#"{"id": 7, "qty": 2}"#, &[]);
+    env.send("by_pointer", r#"{"id": "7"}"#, &[]);
+    env.run_until_idle();
+    let stats = env.stats();
+    assert_eq!((stats["by_header"]["done"].as_u64(), stats["by_header"]["duplicates"].as_u64()), (Some(2), Some(1)));
+    // The number 7 and the string "7" are the same key.
+    assert_eq!((stats["by_pointer"]["done"].as_u64(), stats["by_pointer"]["duplicates"].as_u64()), (Some(1), Some(2)));
+}
+
+#[test]
+fn idempotency_can_be_turned_off() {
+    let env = Env::new();
+    env.deploy("hello", "hello", Some("[idempotency]\nenabled = false\n"));
+    env.send("hello", "a", &["--key", "same"]);
+    env.send("hello", "b", &["--key", "same"]);
+    env.run_until_idle();
+    assert_eq!(env.count("hello", "done"), 2);
+    assert_eq!(env.count("hello", "duplicates"), 0);
+}
+
+#[test]
+fn delayed_message_is_not_delivered_early() {
+    let env = Env::new();
+    env.deploy("hello", "hello", None);
+    let sent = Instant::now();
+    env.send("hello", "later", &["--delay", "2s"]);
+    let stats = env.stats();
+    assert_eq!((stats["hello"]["delayed"].as_u64(), stats["hello"]["ready"].as_u64()), (Some(1), Some(0)));
+    // Nothing may be handed out before it is due.
+    assert!(env.drain("hello").is_empty());
+    let log = env.run_until_idle();
+    assert!(sent.elapsed() >= Duration::from_secs(2), "run ended after {:?}", sent.elapsed());
+    assert_eq!(env.count("hello", "done"), 1);
+    assert_eq!(lines_with(&log, "hello from sluice").len(), 1);
+}
+
+#[test]
+fn queue_without_handler_keeps_its_messages() {
+    let env = Env::new();
+    env.deploy("hello", "hello", None);
+    env.send("nobody", "waiting", &[]);
+    env.send("hello", "hi", &[]);
+    env.run_until_idle();
+    let stats = env.stats();
+    assert_eq!(stats["hello"]["done"], 1);
+    assert_eq!(stats["nobody"]["ready"], 1);
+    assert_eq!(stats["nobody"]["dead"], 0);
+    let waiting = env.drain("nobody");
+    assert_eq!(waiting[0].attempt, 1, "attempts unchanged while no handler is loaded");
+}
+
+#[test]
+fn reuse_mode_handles_every_message() {
+    let env = Env::new();
+    env.deploy("hello", "hello", Some("instance_mode = \"reuse\"\nmax_messages_per_instance = 3\n"));
+    for i in 0..20 {
+        env.send("hello", &format!("{i}"), &[]);
+    }
+    let log = env.run_until_idle();
+    assert_eq!(env.count("hello", "done"), 20);
+    assert_eq!(lines_with(&log, "hello from sluice").len(), 20);
+}

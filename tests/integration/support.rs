@@ -1,0 +1,187 @@
+//! Helpers shared by the integration tests: a temporary sluice environment,
+//! running the binary with a deadline, and reading results back.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A built guest component; fails the test when it has not been built.
+pub fn guest(name: &str) -> PathBuf {
+    let path = repo_root().join("guests/out/rust").join(format!("{name}.wasm"));
+    assert!(
+        path.is_file(),
+        "guest {name} is not built ({} is missing): run scripts/build-guests",
+        path.display()
+    );
+    path
+}
+
+/// A scratch directory with a broker file and a handlers directory.
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub handlers: PathBuf,
+    pub db: PathBuf,
+}
+
+impl Env {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let handlers = dir.path().join("handlers");
+        std::fs::create_dir(&handlers).unwrap();
+        let db = dir.path().join("sluice.db");
+        Env { dir, handlers, db }
+    }
+
+    pub fn broker_url(&self) -> String {
+        format!("sqlite://{}", self.db.display())
+    }
+
+    /// Deploy guest `guest_name` as handler `name`, with an optional sidecar.
+    pub fn deploy(&self, guest_name: &str, name: &str, sidecar: Option<&str>) {
+        std::fs::copy(guest(guest_name), self.handlers.join(format!("{name}.wasm"))).unwrap();
+        if let Some(text) = sidecar {
+            std::fs::write(self.handlers.join(format!("{name}.toml")), text).unwrap();
+        }
+    }
+
+    /// A `sluice` command with this environment's broker, run in its directory.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        if !args.contains(&"--broker") {
+            cmd.arg("--broker").arg(self.broker_url());
+        }
+        cmd.args(args).current_dir(self.dir.path());
+        cmd.env("SLUICE_LOG", "info").env("NO_COLOR", "1");
+        cmd
+    }
+
+    /// Run `sluice ARGS`, fail the test unless it exits 0, return stdout.
+    pub fn sluice(&self, args: &[&str]) -> String {
+        let out = run_with_deadline(self.command(args), Duration::from_secs(60));
+        assert!(
+            out.status.success(),
+            "sluice {args:?} failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Run `sluice ARGS` and return its output whatever the exit status.
+    pub fn sluice_raw(&self, args: &[&str]) -> Output {
+        run_with_deadline(self.command(args), Duration::from_secs(60))
+    }
+
+    /// `sluice send`; returns the new id.
+    pub fn send(&self, queue: &str, payload: &str, extra: &[&str]) -> String {
+        let mut args = vec!["send", queue, payload];
+        args.extend_from_slice(extra);
+        self.sluice(&args).trim().to_string()
+    }
+
+    /// `sluice run --until-idle` on the handlers directory; returns stderr (the log).
+    pub fn run_until_idle(&self) -> String {
+        let handlers = self.handlers.to_str().unwrap().to_string();
+        let out = run_with_deadline(
+            self.command(&["run", "--handlers", &handlers, "--until-idle"]),
+            Duration::from_secs(120),
+        );
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "sluice run failed ({}):\n{log}", out.status);
+        log
+    }
+
+    /// Start `sluice run` (not until idle) in the background.
+    pub fn spawn_run(&self, log: &Path) -> Child {
+        let handlers = self.handlers.to_str().unwrap().to_string();
+        let mut cmd = self.command(&["run", "--handlers", &handlers]);
+        cmd.stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap());
+        cmd.spawn().expect("spawning sluice run")
+    }
+
+    /// `sluice stats --json`, by queue.
+    pub fn stats(&self) -> BTreeMap<String, Value> {
+        self.sluice(&["--json", "stats"])
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                (v["queue"].as_str().unwrap().to_string(), v)
+            })
+            .collect()
+    }
+
+    /// One counter of one queue; 0 for a queue the broker does not know.
+    pub fn count(&self, queue: &str, field: &str) -> u64 {
+        self.stats().get(queue).map_or(0, |q| q[field].as_u64().unwrap())
+    }
+
+    /// `sluice dlq list QUEUE --json`.
+    pub fn dead(&self, queue: &str) -> Vec<Value> {
+        self.sluice(&["--json", "dlq", "list", queue])
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The library's broker on this environment's file.
+    pub fn broker(&self) -> sluice::broker::SqliteBroker {
+        sluice::broker::SqliteBroker::open(&self.db).unwrap()
+    }
+
+    /// Every ready message of `queue`, leased for a minute.
+    pub fn drain(&self, queue: &str) -> Vec<sluice::message::Delivery> {
+        use sluice::broker::Broker;
+        let broker = self.broker();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let mut all = Vec::new();
+            loop {
+                let batch = broker.receive(queue, 1000, Duration::from_secs(60)).await.unwrap();
+                if batch.is_empty() {
+                    return all;
+                }
+                all.extend(batch);
+            }
+        })
+    }
+}
+
+/// Wait for `cmd` with a deadline; kill it and fail the test past it.
+pub fn run_with_deadline(mut cmd: Command, deadline: Duration) -> Output {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
+    let child = cmd.spawn().expect("spawning sluice");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(deadline) {
+        Ok(out) => out.expect("waiting for sluice"),
+        Err(_) => {
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("{cmd:?} did not finish within {deadline:?}");
+        }
+    }
+}
+
+/// Poll `check` every 20 ms until it holds, or fail after `limit`.
+pub fn wait_until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Lines of a log that mention `needle`.
+pub fn lines_with<'a>(log: &'a str, needle: &str) -> Vec<&'a str> {
+    log.lines().filter(|l| l.contains(needle)).collect()
+}
