@@ -27,7 +27,11 @@ pub struct RunOptions {
 
 /// Serve every handler in `options.handlers` until `shutdown` resolves (or
 /// the queues are idle, with `until_idle`).
-pub async fn run(broker: Arc<dyn Broker>, options: RunOptions, shutdown: impl Future<Output = ()>) -> Result<()> {
+pub async fn run(
+    broker: Arc<dyn Broker>,
+    options: RunOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
     let runtime = Runtime::new()?;
     let dir = options.handlers.clone();
     let rt = runtime.clone();
@@ -64,7 +68,11 @@ pub async fn run(broker: Arc<dyn Broker>, options: RunOptions, shutdown: impl Fu
 
 /// Resolves when every watched queue is idle twice in a row; never, unless
 /// `enabled`.
-async fn wait_idle(broker: Arc<dyn Broker>, queues: Vec<(String, Arc<WorkerStats>)>, enabled: bool) -> Result<()> {
+async fn wait_idle(
+    broker: Arc<dyn Broker>,
+    queues: Vec<(String, Arc<WorkerStats>)>,
+    enabled: bool,
+) -> Result<()> {
     if !enabled {
         return std::future::pending().await;
     }
@@ -73,7 +81,9 @@ async fn wait_idle(broker: Arc<dyn Broker>, queues: Vec<(String, Arc<WorkerStats
         tokio::time::sleep(Duration::from_millis(50)).await;
         let mut idle = true;
         for (queue, stats) in &queues {
-            if stats.in_flight.load(Ordering::Relaxed) > 0 || broker.queue_stats(queue).await?.pending() > 0 {
+            if stats.in_flight.load(Ordering::Relaxed) > 0
+                || broker.queue_stats(queue).await?.pending() > 0
+            {
                 idle = false;
                 break;
             }

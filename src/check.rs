@@ -24,7 +24,9 @@ pub enum CheckError {
     Compile(String),
     #[error("it imports something sluice does not provide: {0}")]
     Imports(String),
-    #[error("it does not implement the {WORLD} world (export `handle: func(message) -> outcome`): {0}")]
+    #[error(
+        "it does not implement the {WORLD} world (export `handle: func(message) -> outcome`): {0}"
+    )]
     Exports(String),
 }
 
@@ -53,10 +55,15 @@ pub fn compile(runtime: &Runtime, bytes: &[u8]) -> Result<Component, CheckError>
     if bytes[4..8] == [1, 0, 0, 0] {
         return Err(CheckError::CoreModule);
     }
-    runtime.compile(bytes).map_err(|e| CheckError::Compile(one_line(&e)))
+    runtime
+        .compile(bytes)
+        .map_err(|e| CheckError::Compile(one_line(&e)))
 }
 
-pub fn prepare_component(runtime: &Runtime, component: &Component) -> Result<HandlerPre<HostState>, CheckError> {
+pub fn prepare_component(
+    runtime: &Runtime,
+    component: &Component,
+) -> Result<HandlerPre<HostState>, CheckError> {
     let pre = runtime
         .linker()
         .instantiate_pre(component)
@@ -73,8 +80,14 @@ pub fn check(runtime: &Runtime, bytes: &[u8]) -> Result<Report, CheckError> {
     Ok(Report {
         world: WORLD,
         size: bytes.len() as u64,
-        imports: ty.imports(engine).map(|(name, _)| name.to_string()).collect(),
-        exports: ty.exports(engine).map(|(name, _)| name.to_string()).collect(),
+        imports: ty
+            .imports(engine)
+            .map(|(name, _)| name.to_string())
+            .collect(),
+        exports: ty
+            .exports(engine)
+            .map(|(name, _)| name.to_string())
+            .collect(),
     })
 }
 

@@ -48,7 +48,8 @@ impl HostConfig {
     }
 
     pub fn max_message_size(&self) -> u64 {
-        self.max_message_size.map_or(DEFAULT_MAX_MESSAGE_SIZE, |s| s.0)
+        self.max_message_size
+            .map_or(DEFAULT_MAX_MESSAGE_SIZE, |s| s.0)
     }
 }
 
@@ -243,7 +244,8 @@ fn resolve_retry(raw: RawRetry) -> Result<RetryPolicy> {
     if max_attempts == 0 {
         bail!("field `retry.max_attempts` must be at least 1");
     }
-    let exponential_set = raw.initial.is_some() || raw.max.is_some() || raw.factor.is_some() || raw.jitter.is_some();
+    let exponential_set =
+        raw.initial.is_some() || raw.max.is_some() || raw.factor.is_some() || raw.jitter.is_some();
     let backoff = match raw.delays {
         Some(_) if exponential_set => bail!(
             "`retry.delays` cannot be combined with `retry.initial`, `max`, `factor` or `jitter`: choose delay levels or exponential backoff"
@@ -251,7 +253,13 @@ fn resolve_retry(raw: RawRetry) -> Result<RetryPolicy> {
         Some(levels) if levels.is_empty() => bail!("field `retry.delays` needs at least one delay"),
         Some(levels) => Backoff::Fixed(levels.into_iter().map(|d| d.0).collect()),
         None => {
-            let Backoff::Exponential { initial, max, factor, jitter } = defaults.backoff else {
+            let Backoff::Exponential {
+                initial,
+                max,
+                factor,
+                jitter,
+            } = defaults.backoff
+            else {
                 unreachable!("the default backoff is exponential")
             };
             let initial = raw.initial.map_or(initial, |d| d.0);
@@ -263,23 +271,34 @@ fn resolve_retry(raw: RawRetry) -> Result<RetryPolicy> {
             if initial > max {
                 bail!("field `retry.initial` must not be longer than `retry.max`");
             }
-            Backoff::Exponential { initial, max, factor, jitter: raw.jitter.unwrap_or(jitter) }
+            Backoff::Exponential {
+                initial,
+                max,
+                factor,
+                jitter: raw.jitter.unwrap_or(jitter),
+            }
         }
     };
     Ok(RetryPolicy {
         max_attempts,
         backoff,
-        max_guest_delay: raw.max_guest_delay.map_or(defaults.max_guest_delay, |d| d.0),
+        max_guest_delay: raw
+            .max_guest_delay
+            .map_or(defaults.max_guest_delay, |d| d.0),
     })
 }
 
 fn resolve_idempotency(raw: RawIdempotency) -> Result<Idempotency> {
     let source = match (raw.key_header, raw.key_pointer) {
-        (Some(_), Some(_)) => bail!("set one of `idempotency.key_header` and `idempotency.key_pointer`, not both"),
+        (Some(_), Some(_)) => {
+            bail!("set one of `idempotency.key_header` and `idempotency.key_pointer`, not both")
+        }
         (Some(h), None) if h.is_empty() => bail!("field `idempotency.key_header` is empty"),
         (Some(h), None) => KeySource::Header(h),
         (None, Some(p)) if !p.starts_with('/') => {
-            bail!("field `idempotency.key_pointer` must be a JSON pointer starting with '/', like \"/order/id\"; got {p:?}")
+            bail!(
+                "field `idempotency.key_pointer` must be a JSON pointer starting with '/', like \"/order/id\"; got {p:?}"
+            )
         }
         (None, Some(p)) => KeySource::Pointer(p),
         (None, None) => KeySource::Message,
@@ -352,14 +371,22 @@ mod tests {
         assert_eq!(spec.instance_mode, InstanceMode::Reuse);
         assert_eq!(spec.timeout, Duration::from_millis(250));
         assert_eq!(spec.memory, 16 << 20);
-        assert_eq!(spec.retry.backoff, Backoff::Fixed(vec![Duration::from_secs(60), Duration::from_secs(300)]));
-        assert_eq!(spec.idempotency.source, KeySource::Pointer("/order/id".into()));
+        assert_eq!(
+            spec.retry.backoff,
+            Backoff::Fixed(vec![Duration::from_secs(60), Duration::from_secs(300)])
+        );
+        assert_eq!(
+            spec.idempotency.source,
+            KeySource::Pointer("/order/id".into())
+        );
         assert_eq!(spec.config["retry_delay_ms"], "10");
     }
 
     #[test]
     fn unknown_field_is_named_with_file_and_line() {
-        let err = parse("queue = \"x\"\n[limits]\ntimeot = \"5s\"\n").unwrap_err().to_string();
+        let err = parse("queue = \"x\"\n[limits]\ntimeot = \"5s\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("handlers/orders.toml:3:"), "{err}");
         assert!(err.contains("timeot"), "{err}");
         assert!(!err.contains('\n'), "one line: {err}");
@@ -367,21 +394,51 @@ mod tests {
 
     #[test]
     fn bad_duration_is_named() {
-        let err = parse("[limits]\ntimeout = \"5 parsecs\"\n").unwrap_err().to_string();
-        assert!(err.contains("handlers/orders.toml:2:") && err.contains("5 parsecs"), "{err}");
+        let err = parse("[limits]\ntimeout = \"5 parsecs\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("handlers/orders.toml:2:") && err.contains("5 parsecs"),
+            "{err}"
+        );
     }
 
     #[test]
     fn contradictions_are_refused() {
-        assert!(parse("[retry]\ndelays = [\"1s\"]\nfactor = 3.0\n").unwrap_err().to_string().contains("retry.delays"));
-        assert!(parse("lease = \"1s\"\n[limits]\ntimeout = \"2s\"\n").unwrap_err().to_string().contains("limits.timeout"));
-        assert!(parse("[idempotency]\nkey_pointer = \"id\"\n").unwrap_err().to_string().contains("key_pointer"));
-        assert!(parse("queue = \"a/b\"\n").unwrap_err().to_string().contains("`queue`"));
+        assert!(
+            parse("[retry]\ndelays = [\"1s\"]\nfactor = 3.0\n")
+                .unwrap_err()
+                .to_string()
+                .contains("retry.delays")
+        );
+        assert!(
+            parse("lease = \"1s\"\n[limits]\ntimeout = \"2s\"\n")
+                .unwrap_err()
+                .to_string()
+                .contains("limits.timeout")
+        );
+        assert!(
+            parse("[idempotency]\nkey_pointer = \"id\"\n")
+                .unwrap_err()
+                .to_string()
+                .contains("key_pointer")
+        );
+        assert!(
+            parse("queue = \"a/b\"\n")
+                .unwrap_err()
+                .to_string()
+                .contains("`queue`")
+        );
     }
 
     #[test]
     fn host_config_rejects_unknown_fields() {
-        let err = parse_toml::<HostConfig>(Path::new("sluice.toml"), "brokr = \"x\"\n").unwrap_err().to_string();
-        assert!(err.starts_with("sluice.toml:1:1") && err.contains("brokr"), "{err}");
+        let err = parse_toml::<HostConfig>(Path::new("sluice.toml"), "brokr = \"x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("sluice.toml:1:1") && err.contains("brokr"),
+            "{err}"
+        );
     }
 }

@@ -52,7 +52,10 @@ impl NewMessage {
         if let Some(key) = &self.key
             && key.is_empty()
         {
-            return Err(format!("message for queue {:?} has an empty idempotency key", self.queue));
+            return Err(format!(
+                "message for queue {:?} has an empty idempotency key",
+                self.queue
+            ));
         }
         Ok(())
     }
@@ -131,7 +134,14 @@ mod tests {
     fn size_limit_names_queue_and_limit() {
         let msg = NewMessage::new("orders", vec![0u8; 2 << 20]);
         let err = msg.validate(DEFAULT_MAX_MESSAGE_SIZE).unwrap_err();
-        assert!(err.contains("orders") && err.contains("2MiB") && err.contains("1MiB"), "{err}");
-        assert!(NewMessage::new("orders", vec![0u8; 10]).validate(DEFAULT_MAX_MESSAGE_SIZE).is_ok());
+        assert!(
+            err.contains("orders") && err.contains("2MiB") && err.contains("1MiB"),
+            "{err}"
+        );
+        assert!(
+            NewMessage::new("orders", vec![0u8; 10])
+                .validate(DEFAULT_MAX_MESSAGE_SIZE)
+                .is_ok()
+        );
     }
 }

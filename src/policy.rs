@@ -121,7 +121,11 @@ pub fn backoff_delay(backoff: &Backoff, attempt: u32, jitter: f64) -> Duration {
             // powi saturates to infinity for large exponents; `min` then caps it.
             let exponent = retry_index.min(i32::MAX as u32) as i32;
             let ceiling = (initial.as_secs_f64() * factor.powi(exponent)).min(max.as_secs_f64());
-            let ceiling = if ceiling.is_finite() { ceiling } else { max.as_secs_f64() };
+            let ceiling = if ceiling.is_finite() {
+                ceiling
+            } else {
+                max.as_secs_f64()
+            };
             let secs = if *use_jitter {
                 ceiling * jitter.clamp(0.0, 1.0)
             } else {
@@ -156,7 +160,9 @@ mod tests {
         assert_eq!(decide(&Outcome::Done, 4, &p, 0.5), Decision::Ack);
         assert_eq!(
             decide(&Outcome::Reject("bad json".into()), 1, &p, 0.5),
-            Decision::Dead { reason: "rejected: bad json".into() }
+            Decision::Dead {
+                reason: "rejected: bad json".into()
+            }
         );
     }
 
@@ -180,7 +186,10 @@ mod tests {
     #[test]
     fn full_jitter_scales_the_ceiling() {
         let p = expo(true);
-        assert_eq!(backoff_delay(&p.backoff, 2, 0.5), Duration::from_millis(100));
+        assert_eq!(
+            backoff_delay(&p.backoff, 2, 0.5),
+            Duration::from_millis(100)
+        );
         assert_eq!(backoff_delay(&p.backoff, 2, 0.0), Duration::ZERO);
     }
 
@@ -189,7 +198,9 @@ mod tests {
         let p = expo(false);
         assert_eq!(
             decide(&Outcome::Retry(None), 4, &p, 0.0),
-            Decision::Dead { reason: "gave up after 4 attempt(s)".into() }
+            Decision::Dead {
+                reason: "gave up after 4 attempt(s)".into()
+            }
         );
     }
 
@@ -200,9 +211,24 @@ mod tests {
             ..expo(false)
         };
         let d = |a| decide(&Outcome::Failed, a, &p, 0.9);
-        assert_eq!(d(1), Decision::Retry { delay: Duration::from_secs(60) });
-        assert_eq!(d(2), Decision::Retry { delay: Duration::from_secs(300) });
-        assert_eq!(d(3), Decision::Retry { delay: Duration::from_secs(300) });
+        assert_eq!(
+            d(1),
+            Decision::Retry {
+                delay: Duration::from_secs(60)
+            }
+        );
+        assert_eq!(
+            d(2),
+            Decision::Retry {
+                delay: Duration::from_secs(300)
+            }
+        );
+        assert_eq!(
+            d(3),
+            Decision::Retry {
+                delay: Duration::from_secs(300)
+            }
+        );
     }
 
     #[test]
@@ -210,11 +236,15 @@ mod tests {
         let p = expo(false);
         assert_eq!(
             decide(&Outcome::Retry(Some(Duration::from_secs(3600))), 1, &p, 0.0),
-            Decision::Retry { delay: Duration::from_secs(10) }
+            Decision::Retry {
+                delay: Duration::from_secs(10)
+            }
         );
         assert_eq!(
             decide(&Outcome::Retry(Some(Duration::from_millis(5))), 1, &p, 0.0),
-            Decision::Retry { delay: Duration::from_millis(5) }
+            Decision::Retry {
+                delay: Duration::from_millis(5)
+            }
         );
     }
 
@@ -236,13 +266,13 @@ mod tests {
         );
         let fixed = prop::collection::vec(0u64..10_000_000, 0..6)
             .prop_map(|ms| Backoff::Fixed(ms.into_iter().map(Duration::from_millis).collect()));
-        (1u32..20, prop_oneof![expo, fixed], 0u64..10_000_000).prop_map(|(max_attempts, backoff, cap)| {
-            RetryPolicy {
+        (1u32..20, prop_oneof![expo, fixed], 0u64..10_000_000).prop_map(
+            |(max_attempts, backoff, cap)| RetryPolicy {
                 max_attempts,
                 backoff,
                 max_guest_delay: Duration::from_millis(cap),
-            }
-        })
+            },
+        )
     }
 
     fn any_outcome() -> impl Strategy<Value = Outcome> {

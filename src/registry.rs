@@ -103,5 +103,12 @@ pub fn load_file(runtime: &Runtime, path: &Path, max_message_size: u64) -> Resul
         .prepare(&bytes)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let version = content_hash(&bytes);
-    Ok(Handler::new(runtime, spec, path.to_path_buf(), version, pre, max_message_size))
+    Ok(Handler::new(
+        runtime,
+        spec,
+        path.to_path_buf(),
+        version,
+        pre,
+        max_message_size,
+    ))
 }

@@ -79,7 +79,11 @@ impl QueueWorker {
         let leases = Arc::new(Semaphore::new(spec.prefetch));
         let calls = Arc::new(Semaphore::new(spec.concurrency));
         let (settle_tx, settle_rx) = mpsc::unbounded_channel::<Settled>();
-        let settler = tokio::spawn(settle_loop(self.broker.clone(), settle_rx, self.stats.clone()));
+        let settler = tokio::spawn(settle_loop(
+            self.broker.clone(),
+            settle_rx,
+            self.stats.clone(),
+        ));
         let mut idle = Duration::from_millis(1);
         let mut broker_backoff = Duration::from_millis(50);
         // Receive in batches of at least half the prefetch, so that a busy
@@ -118,7 +122,9 @@ impl QueueWorker {
                 continue;
             }
             idle = Duration::from_millis(1);
-            self.stats.in_flight.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            self.stats
+                .in_flight
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
             let mut per_message = Vec::with_capacity(batch.len());
             for _ in 0..batch.len() {
                 per_message.push(permits.split(1).expect("one permit per delivery"));
@@ -129,16 +135,29 @@ impl QueueWorker {
                 let spec = spec.clone();
                 let calls = calls.clone();
                 let settle_tx = settle_tx.clone();
+                let stop = stop.clone();
                 tokio::spawn(async move {
                     let _call = calls.acquire_owned().await.expect("semaphore never closes");
-                    let settlement = run_one(&*dispatch, &spec, delivery, key).await;
+                    // Prefetched but not started when the stop came: hand it
+                    // back at once, without spending an attempt.
+                    let settlement = if *stop.borrow() {
+                        Settlement::Defer {
+                            delivery,
+                            delay: Duration::ZERO,
+                        }
+                    } else {
+                        run_one(&*dispatch, &spec, delivery, key).await
+                    };
                     let _ = settle_tx.send((settlement, permit));
                 });
             }
         }
         // Stopping: wait for calls in flight, then for their settlements.
         let all = spec.prefetch as u32;
-        if tokio::time::timeout(grace, leases.acquire_many(all)).await.is_err() {
+        if tokio::time::timeout(grace, leases.acquire_many(all))
+            .await
+            .is_err()
+        {
             tracing::warn!(
                 queue = %spec.queue,
                 in_flight = self.stats.in_flight.load(Ordering::Relaxed),
@@ -161,7 +180,9 @@ impl QueueWorker {
         let mut runnable = Vec::with_capacity(batch.len());
         for (delivery, permit) in batch.into_iter().zip(permits) {
             let key = idempotency_key(&delivery, spec);
-            if let Some(Decision::Dead { reason }) = policy::over_limit(delivery.attempt, &spec.retry) {
+            if let Some(Decision::Dead { reason }) =
+                policy::over_limit(delivery.attempt, &spec.retry)
+            {
                 let error = delivery.last_error.clone();
                 let settlement = Settlement::Dead {
                     delivery,
@@ -177,7 +198,12 @@ impl QueueWorker {
         }
         let claims: Vec<KeyClaim> = runnable
             .iter()
-            .filter_map(|(d, key, _)| key.as_ref().map(|k| KeyClaim { key: k.clone(), message_id: d.id.clone() }))
+            .filter_map(|(d, key, _)| {
+                key.as_ref().map(|k| KeyClaim {
+                    key: k.clone(),
+                    message_id: d.id.clone(),
+                })
+            })
             .collect();
         if claims.is_empty() {
             return runnable;
@@ -194,7 +220,11 @@ impl QueueWorker {
         let mut states = states.into_iter();
         let mut admitted = Vec::with_capacity(runnable.len());
         for (delivery, key, permit) in runnable {
-            let state = if key.is_some() { states.next() } else { Some(ClaimState::Acquired) };
+            let state = if key.is_some() {
+                states.next()
+            } else {
+                Some(ClaimState::Acquired)
+            };
             match state {
                 Some(ClaimState::Acquired) => admitted.push((delivery, key, permit)),
                 Some(ClaimState::AlreadyDone) => {
@@ -202,7 +232,10 @@ impl QueueWorker {
                     let _ = settle_tx.send((Settlement::Duplicate { delivery }, permit));
                 }
                 Some(ClaimState::Busy) | None => {
-                    let settlement = Settlement::Defer { delivery, delay: BUSY_KEY_DELAY };
+                    let settlement = Settlement::Defer {
+                        delivery,
+                        delay: BUSY_KEY_DELAY,
+                    };
                     let _ = settle_tx.send((settlement, permit));
                 }
             }
@@ -212,15 +245,30 @@ impl QueueWorker {
 }
 
 /// Handle one delivery and say how it settles.
-async fn run_one(dispatch: &dyn Dispatch, spec: &HandlerSpec, delivery: Delivery, key: Option<String>) -> Settlement {
+async fn run_one(
+    dispatch: &dyn Dispatch,
+    spec: &HandlerSpec,
+    delivery: Delivery,
+    key: Option<String>,
+) -> Settlement {
     // A delivery that waited so long that its lease would run out during the
     // call goes back untouched rather than risk being handled twice at once.
     let must_end_by = now_ms() + spec.timeout.as_millis() as u64;
     if must_end_by >= delivery.lease_until_ms {
-        return Settlement::Defer { delivery, delay: Duration::ZERO };
+        return Settlement::Defer {
+            delivery,
+            delay: Duration::ZERO,
+        };
     }
     let invocation = dispatch.invoke(&delivery).await;
-    settlement_for(delivery, invocation, spec, key, dispatch.version(), rand::random())
+    settlement_for(
+        delivery,
+        invocation,
+        spec,
+        key,
+        dispatch.version(),
+        rand::random(),
+    )
 }
 
 /// The one place where an attempt's ending becomes a settlement.
@@ -284,18 +332,24 @@ pub fn idempotency_key(delivery: &Delivery, spec: &HandlerSpec) -> Option<String
     let derived = match &spec.idempotency.source {
         KeySource::Message => None,
         KeySource::Header(name) => delivery.header(name).map(str::to_string),
-        KeySource::Pointer(pointer) => serde_json::from_slice::<serde_json::Value>(&delivery.payload)
-            .ok()
-            .and_then(|v| match v.pointer(pointer)? {
-                serde_json::Value::String(s) => Some(s.clone()),
-                serde_json::Value::Number(n) => Some(n.to_string()),
-                _ => None,
-            }),
+        KeySource::Pointer(pointer) => {
+            serde_json::from_slice::<serde_json::Value>(&delivery.payload)
+                .ok()
+                .and_then(|v| match v.pointer(pointer)? {
+                    serde_json::Value::String(s) => Some(s.clone()),
+                    serde_json::Value::Number(n) => Some(n.to_string()),
+                    _ => None,
+                })
+        }
     };
     Some(derived.unwrap_or_else(|| delivery.key.clone()))
 }
 
-async fn settle_loop(broker: Arc<dyn Broker>, mut rx: mpsc::UnboundedReceiver<Settled>, stats: Arc<WorkerStats>) {
+async fn settle_loop(
+    broker: Arc<dyn Broker>,
+    mut rx: mpsc::UnboundedReceiver<Settled>,
+    stats: Arc<WorkerStats>,
+) {
     let mut batch = Vec::new();
     let mut permits = Vec::new();
     while let Some((first, permit)) = rx.recv().await {
@@ -318,8 +372,12 @@ async fn settle_loop(broker: Arc<dyn Broker>, mut rx: mpsc::UnboundedReceiver<Se
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(5));
         }
-        stats.in_flight.fetch_sub(batch.len() as u64, Ordering::Relaxed);
-        stats.handled.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        stats
+            .in_flight
+            .fetch_sub(batch.len() as u64, Ordering::Relaxed);
+        stats
+            .handled
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
         batch.clear();
         permits.clear();
     }

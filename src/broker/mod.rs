@@ -144,7 +144,12 @@ pub trait Broker: Send + Sync + 'static {
     async fn receive(&self, queue: &str, max: usize, lease: Duration) -> Result<Vec<Delivery>>;
 
     /// Take idempotency keys of `queue` for `lease`, one answer per claim.
-    async fn claim(&self, queue: &str, claims: &[KeyClaim], lease: Duration) -> Result<Vec<ClaimState>>;
+    async fn claim(
+        &self,
+        queue: &str,
+        claims: &[KeyClaim],
+        lease: Duration,
+    ) -> Result<Vec<ClaimState>>;
 
     /// End leases. A settlement whose lease was lost to another consumer is
     /// ignored, except `Done`, which still records its key so the other
@@ -179,7 +184,9 @@ pub async fn connect(url: &str) -> anyhow::Result<std::sync::Arc<dyn Broker>> {
         return Ok(std::sync::Arc::new(SqliteBroker::open(path)?));
     }
     if url.starts_with("redis://") {
-        anyhow::bail!("broker URL {url:?}: the Redis broker is not built into this version yet; use sqlite://PATH");
+        anyhow::bail!(
+            "broker URL {url:?}: the Redis broker is not built into this version yet; use sqlite://PATH"
+        );
     }
     anyhow::bail!("unknown broker URL {url:?}: use sqlite://PATH")
 }

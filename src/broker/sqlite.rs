@@ -20,7 +20,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
 use super::{
-    Broker, BrokerError, ClaimState, DeadLetter, KeyClaim, QueueStats, ReplaySelector, Result, Settlement,
+    Broker, BrokerError, ClaimState, DeadLetter, KeyClaim, QueueStats, ReplaySelector, Result,
+    Settlement,
 };
 use crate::message::{Delivery, NewMessage, new_id, now_ms};
 
@@ -129,8 +130,9 @@ impl SqliteBroker {
         self.jobs
             .send(job)
             .map_err(|_| BrokerError::Unavailable("the SQLite broker thread has stopped".into()))?;
-        rx.await
-            .map_err(|_| BrokerError::Unavailable("the SQLite broker thread dropped a request".into()))?
+        rx.await.map_err(|_| {
+            BrokerError::Unavailable("the SQLite broker thread dropped a request".into())
+        })?
     }
 }
 
@@ -179,7 +181,9 @@ fn run_jobs(conn: Connection, rx: mpsc::Receiver<Job>) {
         let replies: Vec<Reply> = group.into_iter().map(|job| job(Some(&conn))).collect();
         if last_sweep.elapsed() >= KEY_SWEEP_EVERY {
             last_sweep = Instant::now();
-            if let Err(e) = conn.execute("DELETE FROM keys WHERE expires_at <= ?1", [now_ms() as i64]) {
+            if let Err(e) =
+                conn.execute("DELETE FROM keys WHERE expires_at <= ?1", [now_ms() as i64])
+            {
                 tracing::warn!(error = %e, "could not delete expired idempotency keys");
             }
         }
@@ -198,11 +202,13 @@ fn storage(e: rusqlite::Error) -> BrokerError {
 }
 
 fn encode_headers(headers: &[(String, String)]) -> Option<String> {
-    (!headers.is_empty()).then(|| serde_json::to_string(headers).expect("string pairs always serialize"))
+    (!headers.is_empty())
+        .then(|| serde_json::to_string(headers).expect("string pairs always serialize"))
 }
 
 fn decode_headers(text: Option<String>) -> Vec<(String, String)> {
-    text.and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default()
+    text.and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
 }
 
 #[derive(Default)]
@@ -215,18 +221,26 @@ struct Counts {
 #[async_trait]
 impl Broker for SqliteBroker {
     async fn publish(&self, messages: Vec<NewMessage>) -> Result<Vec<String>> {
-        self.call(move |conn| insert_messages(conn, &messages, now_ms())).await
+        self.call(move |conn| insert_messages(conn, &messages, now_ms()))
+            .await
     }
 
     async fn receive(&self, queue: &str, max: usize, lease: Duration) -> Result<Vec<Delivery>> {
         let queue = queue.to_string();
-        self.call(move |conn| receive(conn, &queue, max, lease)).await
+        self.call(move |conn| receive(conn, &queue, max, lease))
+            .await
     }
 
-    async fn claim(&self, queue: &str, claims: &[KeyClaim], lease: Duration) -> Result<Vec<ClaimState>> {
+    async fn claim(
+        &self,
+        queue: &str,
+        claims: &[KeyClaim],
+        lease: Duration,
+    ) -> Result<Vec<ClaimState>> {
         let queue = queue.to_string();
         let claims = claims.to_vec();
-        self.call(move |conn| claim(conn, &queue, &claims, lease)).await
+        self.call(move |conn| claim(conn, &queue, &claims, lease))
+            .await
     }
 
     async fn settle(&self, settlements: Vec<Settlement>) -> Result<()> {
@@ -240,7 +254,10 @@ impl Broker for SqliteBroker {
         let queue = queue.to_string();
         self.call(move |conn| {
             let all = stats(conn, Some(&queue))?;
-            Ok(all.into_iter().next().unwrap_or(QueueStats { queue, ..Default::default() }))
+            Ok(all.into_iter().next().unwrap_or(QueueStats {
+                queue,
+                ..Default::default()
+            }))
         })
         .await
     }
@@ -252,7 +269,8 @@ impl Broker for SqliteBroker {
     async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<DeadLetter>> {
         let queue = queue.to_string();
         self.call(move |conn| {
-            let sql = format!("SELECT {DEAD_COLUMNS} FROM dead WHERE queue = ?1 ORDER BY seq LIMIT ?2");
+            let sql =
+                format!("SELECT {DEAD_COLUMNS} FROM dead WHERE queue = ?1 ORDER BY seq LIMIT ?2");
             let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
             let rows = stmt
                 .query_map(params![queue, limit as i64], dead_from_row)
@@ -282,7 +300,9 @@ impl Broker for SqliteBroker {
     async fn purge(&self, queue: &str) -> Result<u64> {
         let queue = queue.to_string();
         self.call(move |conn| {
-            let n = conn.execute("DELETE FROM dead WHERE queue = ?1", [queue]).map_err(storage)?;
+            let n = conn
+                .execute("DELETE FROM dead WHERE queue = ?1", [queue])
+                .map_err(storage)?;
             Ok(n as u64)
         })
         .await
@@ -364,14 +384,25 @@ fn receive(conn: &Connection, queue: &str, max: usize, lease: Duration) -> Resul
     let mut out = Vec::with_capacity(picked.len());
     for (seq, d) in picked {
         update
-            .execute(params![seq, lease_until as i64, d.receipt, d.attempt, d.last_error])
+            .execute(params![
+                seq,
+                lease_until as i64,
+                d.receipt,
+                d.attempt,
+                d.last_error
+            ])
             .map_err(storage)?;
         out.push(d);
     }
     Ok(out)
 }
 
-fn claim(conn: &Connection, queue: &str, claims: &[KeyClaim], lease: Duration) -> Result<Vec<ClaimState>> {
+fn claim(
+    conn: &Connection,
+    queue: &str,
+    claims: &[KeyClaim],
+    lease: Duration,
+) -> Result<Vec<ClaimState>> {
     let now = now_ms() as i64;
     let mut get = conn
         .prepare_cached("SELECT done, holder, expires_at FROM keys WHERE queue = ?1 AND key = ?2")
@@ -385,12 +416,16 @@ fn claim(conn: &Connection, queue: &str, claims: &[KeyClaim], lease: Duration) -
     let mut out = Vec::with_capacity(claims.len());
     for c in claims {
         let row: Option<(bool, String, i64)> = get
-            .query_row(params![queue, c.key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .query_row(params![queue, c.key], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
             .optional()
             .map_err(storage)?;
         let state = match row {
             Some((true, _, expires)) if expires > now => ClaimState::AlreadyDone,
-            Some((false, holder, expires)) if expires > now && holder != c.message_id => ClaimState::Busy,
+            Some((false, holder, expires)) if expires > now && holder != c.message_id => {
+                ClaimState::Busy
+            }
             _ => {
                 put.execute(params![queue, c.key, c.message_id, lease_until])
                     .map_err(storage)?;
@@ -409,7 +444,11 @@ fn settle(conn: &Connection, settlements: Vec<Settlement>) -> Result<()> {
         let queue = s.delivery().queue.clone();
         let c = counts.entry(queue).or_default();
         match s {
-            Settlement::Done { delivery, key, publishes } => {
+            Settlement::Done {
+                delivery,
+                key,
+                publishes,
+            } => {
                 let existed = delete_message(conn, &delivery.id, None)?;
                 let first = match &key {
                     Some((key, retention)) => record_done(conn, &delivery, key, *retention, now)?,
@@ -426,7 +465,12 @@ fn settle(conn: &Connection, settlements: Vec<Settlement>) -> Result<()> {
                 delete_message(conn, &delivery.id, None)?;
                 c.duplicates += 1;
             }
-            Settlement::Retry { delivery, delay, error, key } => {
+            Settlement::Retry {
+                delivery,
+                delay,
+                error,
+                key,
+            } => {
                 let mut stmt = conn
                     .prepare_cached(
                         "UPDATE messages SET leased = 0, visible_at = ?3, last_error = ?4
@@ -434,7 +478,11 @@ fn settle(conn: &Connection, settlements: Vec<Settlement>) -> Result<()> {
                     )
                     .map_err(storage)?;
                 let at = now + delay.as_millis() as i64;
-                if stmt.execute(params![delivery.id, delivery.receipt, at, error]).map_err(storage)? == 1 {
+                if stmt
+                    .execute(params![delivery.id, delivery.receipt, at, error])
+                    .map_err(storage)?
+                    == 1
+                {
                     c.retried += 1;
                 }
                 release_key(conn, &delivery, key.as_deref())?;
@@ -447,9 +495,16 @@ fn settle(conn: &Connection, settlements: Vec<Settlement>) -> Result<()> {
                     )
                     .map_err(storage)?;
                 let at = now + delay.as_millis() as i64;
-                stmt.execute(params![delivery.id, delivery.receipt, at]).map_err(storage)?;
+                stmt.execute(params![delivery.id, delivery.receipt, at])
+                    .map_err(storage)?;
             }
-            Settlement::Dead { delivery, reason, error, handler_version, key } => {
+            Settlement::Dead {
+                delivery,
+                reason,
+                error,
+                handler_version,
+                key,
+            } => {
                 if delete_message(conn, &delivery.id, Some(&delivery.receipt))? {
                     let mut stmt = conn
                         .prepare_cached(
@@ -484,7 +539,8 @@ fn settle(conn: &Connection, settlements: Vec<Settlement>) -> Result<()> {
         )
         .map_err(storage)?;
     for (queue, c) in counts {
-        bump.execute(params![queue, c.done, c.duplicates, c.retried]).map_err(storage)?;
+        bump.execute(params![queue, c.done, c.duplicates, c.retried])
+            .map_err(storage)?;
     }
     Ok(())
 }
@@ -506,7 +562,13 @@ fn delete_message(conn: &Connection, id: &str, receipt: Option<&str>) -> Result<
 /// Mark `key` done for this delivery. False when it was already done (by
 /// another message with the key, or by an earlier delivery of this one whose
 /// lease ran out), which makes this delivery a duplicate.
-fn record_done(conn: &Connection, d: &Delivery, key: &str, retention: Duration, now: i64) -> Result<bool> {
+fn record_done(
+    conn: &Connection,
+    d: &Delivery,
+    key: &str,
+    retention: Duration,
+    now: i64,
+) -> Result<bool> {
     let done_until: Option<i64> = conn
         .prepare_cached("SELECT expires_at FROM keys WHERE queue = ?1 AND key = ?2 AND done = 1")
         .and_then(|mut s| s.query_row(params![d.queue, key], |r| r.get(0)).optional())
@@ -522,9 +584,11 @@ fn record_done(conn: &Connection, d: &Delivery, key: &str, retention: Duration, 
 
 fn release_key(conn: &Connection, d: &Delivery, key: Option<&str>) -> Result<()> {
     if let Some(key) = key {
-        conn.prepare_cached("DELETE FROM keys WHERE queue = ?1 AND key = ?2 AND done = 0 AND holder = ?3")
-            .and_then(|mut s| s.execute(params![d.queue, key, d.id]))
-            .map_err(storage)?;
+        conn.prepare_cached(
+            "DELETE FROM keys WHERE queue = ?1 AND key = ?2 AND done = 0 AND holder = ?3",
+        )
+        .and_then(|mut s| s.execute(params![d.queue, key, d.id]))
+        .map_err(storage)?;
     }
     Ok(())
 }
@@ -532,7 +596,11 @@ fn release_key(conn: &Connection, d: &Delivery, key: Option<&str>) -> Result<()>
 fn stats(conn: &Connection, only: Option<&str>) -> Result<Vec<QueueStats>> {
     let now = now_ms() as i64;
     let mut by_queue: std::collections::BTreeMap<String, QueueStats> = Default::default();
-    let filter = if only.is_some() { "WHERE queue = ?1" } else { "WHERE ?1 IS NULL" };
+    let filter = if only.is_some() {
+        "WHERE queue = ?1"
+    } else {
+        "WHERE ?1 IS NULL"
+    };
     let sql = format!(
         "SELECT queue, SUM(visible_at <= ?2), SUM(visible_at > ?2 AND leased = 0), SUM(visible_at > ?2 AND leased = 1)
          FROM messages {filter} GROUP BY queue"
@@ -541,7 +609,10 @@ fn stats(conn: &Connection, only: Option<&str>) -> Result<Vec<QueueStats>> {
     let mut rows = stmt.query(params![only, now]).map_err(storage)?;
     while let Some(r) = rows.next().map_err(storage)? {
         let q: String = r.get(0).map_err(storage)?;
-        let s = by_queue.entry(q.clone()).or_insert_with(|| QueueStats { queue: q, ..Default::default() });
+        let s = by_queue.entry(q.clone()).or_insert_with(|| QueueStats {
+            queue: q,
+            ..Default::default()
+        });
         s.ready = r.get::<_, i64>(1).map_err(storage)? as u64;
         s.delayed = r.get::<_, i64>(2).map_err(storage)? as u64;
         s.in_flight = r.get::<_, i64>(3).map_err(storage)? as u64;
@@ -552,7 +623,10 @@ fn stats(conn: &Connection, only: Option<&str>) -> Result<Vec<QueueStats>> {
     let mut rows = stmt.query(params![only]).map_err(storage)?;
     while let Some(r) = rows.next().map_err(storage)? {
         let q: String = r.get(0).map_err(storage)?;
-        let s = by_queue.entry(q.clone()).or_insert_with(|| QueueStats { queue: q, ..Default::default() });
+        let s = by_queue.entry(q.clone()).or_insert_with(|| QueueStats {
+            queue: q,
+            ..Default::default()
+        });
         s.done = r.get::<_, i64>(1).map_err(storage)? as u64;
         s.duplicates = r.get::<_, i64>(2).map_err(storage)? as u64;
         s.retried = r.get::<_, i64>(3).map_err(storage)? as u64;
@@ -563,14 +637,16 @@ fn stats(conn: &Connection, only: Option<&str>) -> Result<Vec<QueueStats>> {
     let mut rows = stmt.query(params![only]).map_err(storage)?;
     while let Some(r) = rows.next().map_err(storage)? {
         let q: String = r.get(0).map_err(storage)?;
-        let s = by_queue.entry(q.clone()).or_insert_with(|| QueueStats { queue: q, ..Default::default() });
+        let s = by_queue.entry(q.clone()).or_insert_with(|| QueueStats {
+            queue: q,
+            ..Default::default()
+        });
         s.dead = r.get::<_, i64>(1).map_err(storage)? as u64;
     }
     Ok(by_queue.into_values().collect())
 }
 
-const DEAD_COLUMNS: &str =
-    "id, queue, key, payload, headers, attempts, enqueued_at, died_at, reason, last_error, handler_version";
+const DEAD_COLUMNS: &str = "id, queue, key, payload, headers, attempts, enqueued_at, died_at, reason, last_error, handler_version";
 
 fn dead_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeadLetter> {
     Ok(DeadLetter {
@@ -601,7 +677,9 @@ fn replay(conn: &Connection, queue: &str, ids: &[String]) -> Result<u64> {
         ids.iter().map(|s| Some(s.as_str())).collect()
     };
     for id in targets {
-        moved += conn.execute(move_one, params![queue, id, now]).map_err(storage)? as u64;
+        moved += conn
+            .execute(move_one, params![queue, id, now])
+            .map_err(storage)? as u64;
         conn.execute(delete, params![queue, id]).map_err(storage)?;
     }
     Ok(moved)

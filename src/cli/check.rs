@@ -16,13 +16,20 @@ pub struct CheckArgs {
 }
 
 pub fn check(ctx: &Context, args: CheckArgs) -> Result<()> {
-    let bytes = std::fs::read(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
+    let bytes = std::fs::read(&args.file)
+        .with_context(|| format!("cannot read {}", args.file.display()))?;
     let runtime = Runtime::new()?;
-    let report = crate::check::check(&runtime, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
+    let report = crate::check::check(&runtime, &bytes)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
     if ctx.json {
         return super::print_json(&report);
     }
-    println!("{}: ok, implements {} ({})", args.file.display(), report.world, format_size(report.size));
+    println!(
+        "{}: ok, implements {} ({})",
+        args.file.display(),
+        report.world,
+        format_size(report.size)
+    );
     for import in &report.imports {
         println!("  import {import}");
     }

@@ -46,13 +46,21 @@ pub async fn dlq(ctx: &Context, args: DlqArgs) -> Result<()> {
             } else {
                 println!("{:<34} {:>8}  {:<24} REASON", "ID", "ATTEMPTS", "DIED");
                 for d in &dead {
-                    println!("{:<34} {:>8}  {:<24} {}", d.id, d.attempts, iso(d.died_at_ms), d.reason);
+                    println!(
+                        "{:<34} {:>8}  {:<24} {}",
+                        d.id,
+                        d.attempts,
+                        iso(d.died_at_ms),
+                        d.reason
+                    );
                 }
             }
         }
         DlqAction::Show { queue, id } => {
             let Some(d) = broker.dead_letter(&queue, &id).await? else {
-                bail!("no dead letter {id:?} in queue {queue:?}; `sluice dlq list {queue}` shows what is there");
+                bail!(
+                    "no dead letter {id:?} in queue {queue:?}; `sluice dlq list {queue}` shows what is there"
+                );
             };
             if ctx.json {
                 print_json(&with_payload(&d))?;
@@ -80,9 +88,14 @@ pub async fn dlq(ctx: &Context, args: DlqArgs) -> Result<()> {
             }
         }
         DlqAction::Replay { queue, ids } => {
-            let n = broker.replay(&queue, &ReplaySelector { ids: ids.clone() }).await?;
+            let n = broker
+                .replay(&queue, &ReplaySelector { ids: ids.clone() })
+                .await?;
             if !ids.is_empty() && n < ids.len() as u64 {
-                bail!("replayed {n} of {} dead letters in queue {queue:?}: the others were not found", ids.len());
+                bail!(
+                    "replayed {n} of {} dead letters in queue {queue:?}: the others were not found",
+                    ids.len()
+                );
             }
             report(ctx, "replayed", &queue, n)?;
         }
@@ -112,7 +125,9 @@ fn with_payload(d: &DeadLetter) -> serde_json::Value {
         Ok(text) => obj.insert("payload".into(), text.into()),
         Err(_) => obj.insert(
             "payload_base64".into(),
-            base64::engine::general_purpose::STANDARD.encode(&d.payload).into(),
+            base64::engine::general_purpose::STANDARD
+                .encode(&d.payload)
+                .into(),
         ),
     };
     v

@@ -15,7 +15,11 @@ mod send;
 mod stats;
 
 #[derive(Debug, Parser)]
-#[command(name = "sluice", version, about = "Run sandboxed WebAssembly handlers over a message queue")]
+#[command(
+    name = "sluice",
+    version,
+    about = "Run sandboxed WebAssembly handlers over a message queue"
+)]
 pub struct Cli {
     /// Broker URL: sqlite://PATH (default sqlite://sluice.db).
     #[arg(long, global = true, value_name = "URL")]
@@ -65,7 +69,11 @@ impl Context {
             .clone()
             .or_else(|| config.broker.clone())
             .unwrap_or_else(|| DEFAULT_BROKER.to_string());
-        Ok(Context { config, broker_url, json: cli.json })
+        Ok(Context {
+            config,
+            broker_url,
+            json: cli.json,
+        })
     }
 
     pub async fn broker(&self) -> Result<std::sync::Arc<dyn crate::broker::Broker>> {
@@ -77,7 +85,9 @@ impl Context {
     }
 
     pub fn grace(&self) -> Duration {
-        self.config.shutdown_grace.map_or(Duration::from_secs(30), |d| d.0)
+        self.config
+            .shutdown_grace
+            .map_or(Duration::from_secs(30), |d| d.0)
     }
 }
 

@@ -64,7 +64,9 @@ pub async fn send(ctx: &Context, args: SendArgs) -> Result<()> {
 fn read_payload(arg: &str) -> Result<Vec<u8>> {
     if arg == "-" {
         let mut buf = Vec::new();
-        std::io::stdin().read_to_end(&mut buf).context("cannot read the payload from stdin")?;
+        std::io::stdin()
+            .read_to_end(&mut buf)
+            .context("cannot read the payload from stdin")?;
         return Ok(buf);
     }
     if let Some(path) = arg.strip_prefix('@') {

@@ -8,7 +8,12 @@ use crate::message::NewMessage;
 use crate::runtime::bindings::sluice::handler::publish::{Host, PublishOptions};
 
 impl Host for HostState {
-    fn publish(&mut self, queue: String, payload: Vec<u8>, options: PublishOptions) -> Result<(), String> {
+    fn publish(
+        &mut self,
+        queue: String,
+        payload: Vec<u8>,
+        options: PublishOptions,
+    ) -> Result<(), String> {
         if self.held.len() >= MAX_HELD_PUBLISHES {
             return Err(format!(
                 "handler {} may publish at most {MAX_HELD_PUBLISHES} messages per message it handles",

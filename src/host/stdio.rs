@@ -25,7 +25,10 @@ pub struct LogStream {
 
 impl LogStream {
     pub fn new(handler: &str, stream: Stream) -> Self {
-        LogStream { handler: handler.into(), stream }
+        LogStream {
+            handler: handler.into(),
+            stream,
+        }
     }
 }
 
@@ -37,7 +40,10 @@ impl IsTerminal for LogStream {
 
 impl StdoutStream for LogStream {
     fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
-        Box::new(LineWriter { sink: self.clone(), line: Vec::new() })
+        Box::new(LineWriter {
+            sink: self.clone(),
+            line: Vec::new(),
+        })
     }
 }
 
@@ -52,15 +58,23 @@ impl LineWriter {
         let text = text.trim_end_matches(['\r', '\n']);
         let handler = &*self.sink.handler;
         match self.sink.stream {
-            Stream::Stdout => tracing::info!(target: "sluice::guest", handler, stream = "stdout", "{text}"),
-            Stream::Stderr => tracing::warn!(target: "sluice::guest", handler, stream = "stderr", "{text}"),
+            Stream::Stdout => {
+                tracing::info!(target: "sluice::guest", handler, stream = "stdout", "{text}")
+            }
+            Stream::Stderr => {
+                tracing::warn!(target: "sluice::guest", handler, stream = "stderr", "{text}")
+            }
         }
         self.line.clear();
     }
 }
 
 impl AsyncWrite for LineWriter {
-    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         for &b in buf {
             this.line.push(b);

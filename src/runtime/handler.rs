@@ -83,17 +83,28 @@ impl Handler {
 
     /// Run `handle` for one delivery.
     pub async fn invoke(&self, delivery: &Delivery) -> Invocation {
-        let failed = |f| Invocation { result: Err(f), publishes: Vec::new() };
+        let failed = |f| Invocation {
+            result: Err(f),
+            publishes: Vec::new(),
+        };
         let warm = match self.spec.instance_mode {
             InstanceMode::Reuse => self.warm.lock().expect("warm pool lock").pop(),
             InstanceMode::Fresh => None,
         };
-        let Warm { mut store, instance, uses } = match warm {
+        let Warm {
+            mut store,
+            instance,
+            uses,
+        } = match warm {
             Some(w) => w,
             None => {
                 let mut store = self.new_store();
                 match self.pre.instantiate_async(&mut store).await {
-                    Ok(instance) => Warm { store, instance, uses: 0 },
+                    Ok(instance) => Warm {
+                        store,
+                        instance,
+                        uses: 0,
+                    },
                     Err(e) => return failed(classify(e, &store, true)),
                 }
             }
@@ -108,10 +119,19 @@ impl Handler {
             Ok(outcome) => {
                 let publishes = std::mem::take(&mut store.data_mut().held);
                 let uses = uses + 1;
-                if self.spec.instance_mode == InstanceMode::Reuse && uses < self.spec.max_messages_per_instance {
-                    self.warm.lock().expect("warm pool lock").push(Warm { store, instance, uses });
+                if self.spec.instance_mode == InstanceMode::Reuse
+                    && uses < self.spec.max_messages_per_instance
+                {
+                    self.warm.lock().expect("warm pool lock").push(Warm {
+                        store,
+                        instance,
+                        uses,
+                    });
                 }
-                Invocation { result: Ok(from_wit(outcome)), publishes }
+                Invocation {
+                    result: Ok(from_wit(outcome)),
+                    publishes,
+                }
             }
             // The store, and with it a possibly broken instance, is dropped here.
             Err(e) => failed(classify(e, &store, false)),
@@ -174,7 +194,11 @@ fn classify(err: wasmtime::Error, store: &Store<HostState>, instantiating: bool)
     if let Some(trap) = err.downcast_ref::<wasmtime::Trap>() {
         let place = err
             .downcast_ref::<WasmBacktrace>()
-            .and_then(|bt| bt.frames().iter().find_map(|f| f.func_name().map(str::to_string)))
+            .and_then(|bt| {
+                bt.frames()
+                    .iter()
+                    .find_map(|f| f.func_name().map(str::to_string))
+            })
             .map(|name| format!(" in {name}"))
             .unwrap_or_default();
         return Failure::Trap(format!("{trap}{place}"));

@@ -38,9 +38,17 @@ impl MemoryLimiter {
 }
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired as u64 > self.cap {
-            let hit = MemoryLimitHit { cap: self.cap, asked: desired as u64 };
+            let hit = MemoryLimitHit {
+                cap: self.cap,
+                asked: desired as u64,
+            };
             let err = wasmtime::Error::msg(hit.to_string());
             self.hit = Some(hit);
             return Err(err);
@@ -48,7 +56,12 @@ impl ResourceLimiter for MemoryLimiter {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 1_000_000)
     }
 }

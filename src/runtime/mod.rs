@@ -64,7 +64,8 @@ impl Runtime {
             .epoch_interruption(true)
             .wasm_component_model(true)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        let engine = Engine::new(&config).map_err(|e| anyhow::Error::from(e).context("cannot create the WebAssembly engine"))?;
+        let engine = Engine::new(&config)
+            .map_err(|e| anyhow::Error::from(e).context("cannot create the WebAssembly engine"))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| anyhow::Error::from(e).context("cannot link WASI"))?;
@@ -72,7 +73,11 @@ impl Runtime {
             .map_err(|e| anyhow::Error::from(e).context("cannot link the sluice imports"))?;
         let ticker = limits::EpochTicker::start(engine.clone());
         Ok(Runtime {
-            inner: Arc::new(Inner { engine, linker, _ticker: ticker }),
+            inner: Arc::new(Inner {
+                engine,
+                linker,
+                _ticker: ticker,
+            }),
         })
     }
 
@@ -85,7 +90,10 @@ impl Runtime {
     }
 
     /// Compile and validate a component against the `handler` world.
-    pub fn prepare(&self, bytes: &[u8]) -> Result<bindings::HandlerPre<HostState>, crate::check::CheckError> {
+    pub fn prepare(
+        &self,
+        bytes: &[u8],
+    ) -> Result<bindings::HandlerPre<HostState>, crate::check::CheckError> {
         crate::check::prepare(self, bytes)
     }
 

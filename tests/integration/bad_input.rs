@@ -14,8 +14,16 @@ fn bad_handler_files_are_refused_and_the_rest_serve() {
     std::fs::write(h.join("text.wasm"), b"this is not wasm").unwrap();
     std::fs::write(h.join("core.wasm"), b"\0asm\x01\0\0\0").unwrap();
     env.deploy("wrong_world", "wrong", None);
-    env.deploy("hello", "unknown_field", Some("[limits]\ntimeot = \"5s\"\n"));
-    env.deploy("hello", "bad_duration", Some("[limits]\ntimeout = \"5 parsecs\"\n"));
+    env.deploy(
+        "hello",
+        "unknown_field",
+        Some("[limits]\ntimeot = \"5s\"\n"),
+    );
+    env.deploy(
+        "hello",
+        "bad_duration",
+        Some("[limits]\ntimeout = \"5 parsecs\"\n"),
+    );
     env.send("hello", "still served", &[]);
     let log = env.run_until_idle();
     assert_eq!(env.count("hello", "done"), 1, "{log}");
@@ -32,7 +40,9 @@ fn bad_handler_files_are_refused_and_the_rest_serve() {
     for (file, reason) in expect {
         let lines = lines_with(&log, file);
         assert!(
-            lines.iter().any(|l| l.contains("handler refused") && l.contains(reason)),
+            lines
+                .iter()
+                .any(|l| l.contains("handler refused") && l.contains(reason)),
             "no refusal of {file} with {reason:?} in:\n{log}"
         );
     }
@@ -42,9 +52,17 @@ fn bad_handler_files_are_refused_and_the_rest_serve() {
 fn check_names_what_is_wrong() {
     let env = Env::new();
     let ok = env.sluice(&["check", guest("orders").to_str().unwrap()]);
-    assert!(ok.contains("ok, implements sluice:handler/handler@0.1.0"), "{ok}");
-    assert!(ok.contains("import sluice:handler/publish@0.1.0") && ok.contains("export handle"), "{ok}");
-    let json: serde_json::Value = serde_json::from_str(&env.sluice(&["--json", "check", guest("hello").to_str().unwrap()])).unwrap();
+    assert!(
+        ok.contains("ok, implements sluice:handler/handler@0.1.0"),
+        "{ok}"
+    );
+    assert!(
+        ok.contains("import sluice:handler/publish@0.1.0") && ok.contains("export handle"),
+        "{ok}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&env.sluice(&["--json", "check", guest("hello").to_str().unwrap()]))
+            .unwrap();
     assert_eq!(json["world"], "sluice:handler/handler@0.1.0");
     assert!(json["size"].as_u64().unwrap() > 1000);
 
@@ -52,7 +70,10 @@ fn check_names_what_is_wrong() {
     assert!(!wrong.status.success());
     let err = String::from_utf8_lossy(&wrong.stderr);
     assert_eq!(err.lines().count(), 1, "one line: {err}");
-    assert!(err.contains("wrong_world.wasm") && err.contains("no export `handle` found"), "{err}");
+    assert!(
+        err.contains("wrong_world.wasm") && err.contains("no export `handle` found"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -64,7 +85,10 @@ fn config_file_with_unknown_field_is_one_clear_line() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("sluice.toml:2:1") && err.contains("unknown field `handlers_dir`"), "{err}");
+    assert!(
+        err.contains("sluice.toml:2:1") && err.contains("unknown field `handlers_dir`"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -78,12 +102,20 @@ fn payload_that_is_not_utf8_is_carried_and_shown_safely() {
     let id = env.send("orders", &at, &[]);
     env.send("hello", &at, &[]);
     env.run_until_idle();
-    assert_eq!(env.count("hello", "done"), 1, "bytes pass through untouched");
-    let shown: serde_json::Value = serde_json::from_str(&env.sluice(&["--json", "dlq", "show", "orders", &id])).unwrap();
+    assert_eq!(
+        env.count("hello", "done"),
+        1,
+        "bytes pass through untouched"
+    );
+    let shown: serde_json::Value =
+        serde_json::from_str(&env.sluice(&["--json", "dlq", "show", "orders", &id])).unwrap();
     assert_eq!(shown["reason"], "rejected: payload is not UTF-8");
     assert_eq!(shown["payload_base64"], "//4AgA==");
     let text = env.sluice(&["dlq", "show", "orders", &id]);
-    assert!(text.contains("not UTF-8, 4 bytes, base64) //4AgA=="), "{text}");
+    assert!(
+        text.contains("not UTF-8, 4 bytes, base64) //4AgA=="),
+        "{text}"
+    );
 }
 
 #[test]
@@ -94,21 +126,31 @@ fn message_over_the_size_limit_is_refused() {
     let out = env.sluice_raw(&["send", "orders", &format!("@{}", big.display())]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("\"orders\"") && err.contains("over the 1MiB limit"), "{err}");
+    assert!(
+        err.contains("\"orders\"") && err.contains("over the 1MiB limit"),
+        "{err}"
+    );
     assert_eq!(env.count("orders", "ready"), 0);
 }
 
 #[test]
 fn guest_publish_over_the_size_limit_fails_that_attempt_only() {
     let env = Env::new();
-    std::fs::write(env.dir.path().join("sluice.toml"), "max_message_size = \"64B\"\n").unwrap();
+    std::fs::write(
+        env.dir.path().join("sluice.toml"),
+        "max_message_size = \"64B\"\n",
+    )
+    .unwrap();
     env.deploy("orders", "orders", Some("[retry]\nmax_attempts = 1\n"));
     // The order fits; its follow-up (which carries the message id) does not.
     env.send("orders", r#"{"id": 1}"#, &[]);
     let log = env.run_until_idle();
     assert_eq!(env.count("orders", "dead"), 1);
     assert_eq!(env.count("shipping", "ready"), 0);
-    assert!(!lines_with(&log, "over the 64B limit").is_empty(), "the guest saw and logged the error:\n{log}");
+    assert!(
+        !lines_with(&log, "over the 64B limit").is_empty(),
+        "the guest saw and logged the error:\n{log}"
+    );
 }
 
 #[test]
@@ -116,11 +158,20 @@ fn bad_broker_url_and_bad_header_are_clear() {
     let env = Env::new();
     let out = env.sluice_raw(&["--broker", "postgres://x", "stats"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("unknown broker URL \"postgres://x\""), "{err}");
+    assert!(
+        !out.status.success() && err.contains("unknown broker URL \"postgres://x\""),
+        "{err}"
+    );
     let out = env.sluice_raw(&["send", "q", "x", "--header", "novalue"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("bad --header \"novalue\""), "{err}");
+    assert!(
+        !out.status.success() && err.contains("bad --header \"novalue\""),
+        "{err}"
+    );
     let out = env.sluice_raw(&["send", "a/b", "x"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("bad queue name \"a/b\""), "{err}");
+    assert!(
+        !out.status.success() && err.contains("bad queue name \"a/b\""),
+        "{err}"
+    );
 }

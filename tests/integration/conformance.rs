@@ -32,12 +32,20 @@ pub async fn publish_and_receive_in_order(b: Arc<dyn Broker>) {
     assert_eq!(got[0].key, ids[0], "the key defaults to the id");
     assert_eq!(got[0].attempt, 1);
     assert_eq!(got[1].payload, b"second");
-    assert!(b.receive("q", 10, LEASE).await.unwrap().is_empty(), "leased messages are invisible");
-    assert!(b.receive("other", 10, LEASE).await.unwrap().is_empty(), "queues are separate");
+    assert!(
+        b.receive("q", 10, LEASE).await.unwrap().is_empty(),
+        "leased messages are invisible"
+    );
+    assert!(
+        b.receive("other", 10, LEASE).await.unwrap().is_empty(),
+        "queues are separate"
+    );
 }
 
 pub async fn receive_respects_batch_size(b: Arc<dyn Broker>) {
-    b.publish((0..5).map(|i| msg("q", &i.to_string())).collect()).await.unwrap();
+    b.publish((0..5).map(|i| msg("q", &i.to_string())).collect())
+        .await
+        .unwrap();
     assert_eq!(b.receive("q", 3, LEASE).await.unwrap().len(), 3);
     assert_eq!(b.receive("q", 3, LEASE).await.unwrap().len(), 2);
 }
@@ -49,11 +57,22 @@ pub async fn expired_lease_redelivers_and_counts_an_attempt(b: Arc<dyn Broker>) 
     let again = receive_one(&*b, "q", LEASE).await;
     assert_eq!(again.id, first.id);
     assert_eq!(again.attempt, 2);
-    assert!(again.last_error.as_deref().unwrap().contains("lease expired"));
+    assert!(
+        again
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("lease expired")
+    );
     // The first holder lost its lease: its retry is ignored.
-    b.settle(vec![Settlement::Retry { delivery: first, delay: Duration::ZERO, error: "late".into(), key: None }])
-        .await
-        .unwrap();
+    b.settle(vec![Settlement::Retry {
+        delivery: first,
+        delay: Duration::ZERO,
+        error: "late".into(),
+        key: None,
+    }])
+    .await
+    .unwrap();
     assert_eq!(b.queue_stats("q").await.unwrap().in_flight, 1);
 }
 
@@ -62,9 +81,13 @@ pub async fn done_commits_publishes_with_the_ack(b: Arc<dyn Broker>) {
     let d = receive_one(&*b, "q", LEASE).await;
     let mut delayed = msg("later", "p2");
     delayed.delay = Duration::from_secs(60);
-    b.settle(vec![Settlement::Done { delivery: d, key: None, publishes: vec![msg("next", "p1"), delayed] }])
-        .await
-        .unwrap();
+    b.settle(vec![Settlement::Done {
+        delivery: d,
+        key: None,
+        publishes: vec![msg("next", "p1"), delayed],
+    }])
+    .await
+    .unwrap();
     let s = b.queue_stats("q").await.unwrap();
     assert_eq!((s.done, s.pending()), (1, 0));
     assert_eq!(receive_one(&*b, "next", LEASE).await.payload, b"p1");
@@ -74,12 +97,20 @@ pub async fn done_commits_publishes_with_the_ack(b: Arc<dyn Broker>) {
 pub async fn retry_waits_for_its_delay(b: Arc<dyn Broker>) {
     b.publish(vec![msg("q", "x")]).await.unwrap();
     let d = receive_one(&*b, "q", LEASE).await;
-    b.settle(vec![Settlement::Retry { delivery: d, delay: Duration::from_millis(300), error: "boom".into(), key: None }])
-        .await
-        .unwrap();
+    b.settle(vec![Settlement::Retry {
+        delivery: d,
+        delay: Duration::from_millis(300),
+        error: "boom".into(),
+        key: None,
+    }])
+    .await
+    .unwrap();
     let s = b.queue_stats("q").await.unwrap();
     assert_eq!((s.delayed, s.ready, s.retried), (1, 0, 1));
-    assert!(b.receive("q", 10, LEASE).await.unwrap().is_empty(), "not before its delay");
+    assert!(
+        b.receive("q", 10, LEASE).await.unwrap().is_empty(),
+        "not before its delay"
+    );
     tokio::time::sleep(Duration::from_millis(400)).await;
     let again = receive_one(&*b, "q", LEASE).await;
     assert_eq!(again.attempt, 2);
@@ -98,7 +129,12 @@ pub async fn delayed_publish_is_not_early(b: Arc<dyn Broker>) {
 pub async fn defer_does_not_count_an_attempt(b: Arc<dyn Broker>) {
     b.publish(vec![msg("q", "x")]).await.unwrap();
     let d = receive_one(&*b, "q", LEASE).await;
-    b.settle(vec![Settlement::Defer { delivery: d, delay: Duration::ZERO }]).await.unwrap();
+    b.settle(vec![Settlement::Defer {
+        delivery: d,
+        delay: Duration::ZERO,
+    }])
+    .await
+    .unwrap();
     assert_eq!(receive_one(&*b, "q", LEASE).await.attempt, 1);
 }
 
@@ -120,45 +156,98 @@ pub async fn dead_letters_list_show_replay_purge(b: Arc<dyn Broker>) {
     let list = b.dead_letters("q", 10).await.unwrap();
     assert_eq!(list.iter().map(|d| d.id.clone()).collect::<Vec<_>>(), ids);
     let one = b.dead_letter("q", &ids[0]).await.unwrap().unwrap();
-    assert_eq!((one.attempts, one.reason.as_str(), one.payload.as_slice()), (1, "rejected: bad", &b"a"[..]));
+    assert_eq!(
+        (one.attempts, one.reason.as_str(), one.payload.as_slice()),
+        (1, "rejected: bad", &b"a"[..])
+    );
     assert_eq!(one.last_error.as_deref(), Some("last"));
     assert_eq!(one.handler_version.as_deref(), Some("v1"));
     assert!(b.dead_letter("other", &ids[0]).await.unwrap().is_none());
     assert_eq!(b.queue_stats("q").await.unwrap().dead, 2);
 
-    let replayed = b.replay("q", &ReplaySelector { ids: vec![ids[0].clone()] }).await.unwrap();
+    let replayed = b
+        .replay(
+            "q",
+            &ReplaySelector {
+                ids: vec![ids[0].clone()],
+            },
+        )
+        .await
+        .unwrap();
     assert_eq!(replayed, 1);
     let back = receive_one(&*b, "q", LEASE).await;
-    assert_eq!((back.id.as_str(), back.attempt), (ids[0].as_str(), 1), "attempts reset");
+    assert_eq!(
+        (back.id.as_str(), back.attempt),
+        (ids[0].as_str(), 1),
+        "attempts reset"
+    );
     assert_eq!(b.purge("q").await.unwrap(), 1);
     assert!(b.dead_letters("q", 10).await.unwrap().is_empty());
 }
 
 pub async fn keys_acquire_busy_done_and_release(b: Arc<dyn Broker>) {
-    let claim = |key: &str, id: &str| KeyClaim { key: key.into(), message_id: id.into() };
-    let states = b.claim("q", &[claim("k", "m1"), claim("k", "m2"), claim("k", "m1")], LEASE).await.unwrap();
-    assert_eq!(states, [ClaimState::Acquired, ClaimState::Busy, ClaimState::Acquired]);
-    assert_eq!(b.claim("other", &[claim("k", "m9")], LEASE).await.unwrap(), [ClaimState::Acquired], "keys are per queue");
+    let claim = |key: &str, id: &str| KeyClaim {
+        key: key.into(),
+        message_id: id.into(),
+    };
+    let states = b
+        .claim(
+            "q",
+            &[claim("k", "m1"), claim("k", "m2"), claim("k", "m1")],
+            LEASE,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        states,
+        [ClaimState::Acquired, ClaimState::Busy, ClaimState::Acquired]
+    );
+    assert_eq!(
+        b.claim("other", &[claim("k", "m9")], LEASE).await.unwrap(),
+        [ClaimState::Acquired],
+        "keys are per queue"
+    );
 
     // A retry releases the key.
     b.publish(vec![msg("q", "x")]).await.unwrap();
     let d = receive_one(&*b, "q", LEASE).await;
-    assert_eq!(b.claim("q", &[claim("r", &d.id)], LEASE).await.unwrap(), [ClaimState::Acquired]);
-    b.settle(vec![Settlement::Retry { delivery: d, delay: Duration::from_secs(60), error: "e".into(), key: Some("r".into()) }])
-        .await
-        .unwrap();
-    assert_eq!(b.claim("q", &[claim("r", "other")], LEASE).await.unwrap(), [ClaimState::Acquired]);
+    assert_eq!(
+        b.claim("q", &[claim("r", &d.id)], LEASE).await.unwrap(),
+        [ClaimState::Acquired]
+    );
+    b.settle(vec![Settlement::Retry {
+        delivery: d,
+        delay: Duration::from_secs(60),
+        error: "e".into(),
+        key: Some("r".into()),
+    }])
+    .await
+    .unwrap();
+    assert_eq!(
+        b.claim("q", &[claim("r", "other")], LEASE).await.unwrap(),
+        [ClaimState::Acquired]
+    );
 
     // Done records the key for its retention, then it expires.
     b.publish(vec![msg("q", "y")]).await.unwrap();
     let d = receive_one(&*b, "q", LEASE).await;
     b.claim("q", &[claim("d", &d.id)], LEASE).await.unwrap();
-    b.settle(vec![Settlement::Done { delivery: d, key: Some(("d".into(), Duration::from_millis(300))), publishes: vec![] }])
-        .await
-        .unwrap();
-    assert_eq!(b.claim("q", &[claim("d", "again")], LEASE).await.unwrap(), [ClaimState::AlreadyDone]);
+    b.settle(vec![Settlement::Done {
+        delivery: d,
+        key: Some(("d".into(), Duration::from_millis(300))),
+        publishes: vec![],
+    }])
+    .await
+    .unwrap();
+    assert_eq!(
+        b.claim("q", &[claim("d", "again")], LEASE).await.unwrap(),
+        [ClaimState::AlreadyDone]
+    );
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(b.claim("q", &[claim("d", "again")], LEASE).await.unwrap(), [ClaimState::Acquired]);
+    assert_eq!(
+        b.claim("q", &[claim("d", "again")], LEASE).await.unwrap(),
+        [ClaimState::Acquired]
+    );
 }
 
 pub async fn second_done_for_a_key_is_a_duplicate_without_publishes(b: Arc<dyn Broker>) {
@@ -167,13 +256,21 @@ pub async fn second_done_for_a_key_is_a_duplicate_without_publishes(b: Arc<dyn B
     tokio::time::sleep(Duration::from_millis(250)).await;
     let second = receive_one(&*b, "q", LEASE).await;
     let key = Some(("k".to_string(), Duration::from_secs(60)));
-    b.settle(vec![Settlement::Done { delivery: second, key: key.clone(), publishes: vec![msg("next", "1")] }])
-        .await
-        .unwrap();
+    b.settle(vec![Settlement::Done {
+        delivery: second,
+        key: key.clone(),
+        publishes: vec![msg("next", "1")],
+    }])
+    .await
+    .unwrap();
     // The first holder finishes late: its publishes must not be committed.
-    b.settle(vec![Settlement::Done { delivery: first, key, publishes: vec![msg("next", "2")] }])
-        .await
-        .unwrap();
+    b.settle(vec![Settlement::Done {
+        delivery: first,
+        key,
+        publishes: vec![msg("next", "2")],
+    }])
+    .await
+    .unwrap();
     let s = b.queue_stats("q").await.unwrap();
     assert_eq!((s.done, s.duplicates, s.pending()), (1, 1, 0));
     let next = b.receive("next", 10, LEASE).await.unwrap();
@@ -184,7 +281,9 @@ pub async fn second_done_for_a_key_is_a_duplicate_without_publishes(b: Arc<dyn B
 pub async fn duplicate_settlement_acks_without_counting_done(b: Arc<dyn Broker>) {
     b.publish(vec![msg("q", "x")]).await.unwrap();
     let d = receive_one(&*b, "q", LEASE).await;
-    b.settle(vec![Settlement::Duplicate { delivery: d }]).await.unwrap();
+    b.settle(vec![Settlement::Duplicate { delivery: d }])
+        .await
+        .unwrap();
     let s = b.queue_stats("q").await.unwrap();
     assert_eq!((s.done, s.duplicates, s.pending()), (0, 1, 0));
 }
@@ -192,7 +291,9 @@ pub async fn duplicate_settlement_acks_without_counting_done(b: Arc<dyn Broker>)
 pub async fn stats_cover_every_queue(b: Arc<dyn Broker>) {
     let mut later = msg("b", "x");
     later.delay = Duration::from_secs(60);
-    b.publish(vec![msg("a", "1"), msg("a", "2"), later]).await.unwrap();
+    b.publish(vec![msg("a", "1"), msg("a", "2"), later])
+        .await
+        .unwrap();
     assert_eq!(b.receive("a", 10, LEASE).await.unwrap().len(), 2);
     let all = b.stats().await.unwrap();
     let a = all.iter().find(|s| s.queue == "a").unwrap();

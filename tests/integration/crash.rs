@@ -31,20 +31,28 @@ fn sigkill_mid_drain_loses_nothing_and_completes_each_once() {
 
     let first_log = env.dir.path().join("first.log");
     let mut host = env.spawn_run(&first_log);
-    wait_until(Duration::from_secs(60), "the first host to complete some messages", || {
-        env.count("orders", "done") >= 300
-    });
+    wait_until(
+        Duration::from_secs(60),
+        "the first host to complete some messages",
+        || env.count("orders", "done") >= 300,
+    );
     unsafe { libc::kill(host.id() as i32, libc::SIGKILL) };
     host.wait().unwrap();
     let done_at_kill = env.count("orders", "done");
-    assert!(done_at_kill < MESSAGES as u64, "the host finished before it was killed; kill it earlier");
+    assert!(
+        done_at_kill < MESSAGES as u64,
+        "the host finished before it was killed; kill it earlier"
+    );
 
     let second_log = env.run_until_idle();
     let first_log = std::fs::read_to_string(&first_log).unwrap();
 
     // Every message ended done or dead, none lost.
     let stats = env.stats();
-    assert_eq!(stats["orders"]["done"].as_u64().unwrap() + stats["orders"]["dead"].as_u64().unwrap(), MESSAGES as u64);
+    assert_eq!(
+        stats["orders"]["done"].as_u64().unwrap() + stats["orders"]["dead"].as_u64().unwrap(),
+        MESSAGES as u64
+    );
     assert_eq!(stats["orders"]["dead"], 0);
     assert_eq!(stats["orders"]["ready"], 0);
     assert_eq!(stats["orders"]["in_flight"], 0);
@@ -54,10 +62,15 @@ fn sigkill_mid_drain_loses_nothing_and_completes_each_once() {
     let mut completions: BTreeMap<u64, usize> = BTreeMap::new();
     for d in env.drain("shipping") {
         let body: serde_json::Value = serde_json::from_slice(&d.payload).unwrap();
-        *completions.entry(body["order"].as_u64().unwrap()).or_default() += 1;
+        *completions
+            .entry(body["order"].as_u64().unwrap())
+            .or_default() += 1;
     }
     assert_eq!(completions.len(), MESSAGES, "every order has a follow-up");
-    assert!(completions.values().all(|&n| n == 1), "an order completed twice");
+    assert!(
+        completions.values().all(|&n| n == 1),
+        "an order completed twice"
+    );
 
     // Handlings counted from the guest's own log lines: every order was
     // handled, and only those in flight at the kill were handled again.
@@ -72,5 +85,8 @@ fn sigkill_mid_drain_loses_nothing_and_completes_each_once() {
     }
     assert_eq!(handlings.len(), MESSAGES, "every order was handled");
     let twice = handlings.values().filter(|&&n| n > 1).count();
-    assert!(twice <= 16, "{twice} orders were handled again; only the prefetch in flight at the kill may be");
+    assert!(
+        twice <= 16,
+        "{twice} orders were handled again; only the prefetch in flight at the kill may be"
+    );
 }

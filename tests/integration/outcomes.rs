@@ -33,14 +33,25 @@ fn done_acks_and_counts() {
 fn retry_then_done_and_publish_arrives_on_other_queue() {
     let env = Env::new();
     env.deploy("orders", "orders", Some(ORDERS));
-    env.send("orders", r#"{"id": 41, "qty": 3, "retry_until_attempt": 3}"#, &[]);
+    env.send(
+        "orders",
+        r#"{"id": 41, "qty": 3, "retry_until_attempt": 3}"#,
+        &[],
+    );
     env.run_until_idle();
     let stats = env.stats();
     assert_eq!(stats["orders"]["done"], 1);
-    assert_eq!(stats["orders"]["retried"], 2, "attempts 1 and 2 asked for a retry");
+    assert_eq!(
+        stats["orders"]["retried"], 2,
+        "attempts 1 and 2 asked for a retry"
+    );
     assert_eq!(stats["orders"]["dead"], 0);
     let shipped = env.drain("shipping");
-    assert_eq!(shipped.len(), 1, "exactly one follow-up, from the attempt that succeeded");
+    assert_eq!(
+        shipped.len(),
+        1,
+        "exactly one follow-up, from the attempt that succeeded"
+    );
     let body: serde_json::Value = serde_json::from_slice(&shipped[0].payload).unwrap();
     assert_eq!(body["order"], 41);
     assert_eq!(body["qty"], 3);
@@ -63,8 +74,15 @@ fn retry_until_dead_keeps_attempts_and_error() {
     assert_eq!(dead[0]["attempts"], 3);
     assert_eq!(dead[0]["reason"], "gave up after 3 attempt(s)");
     assert_eq!(dead[0]["last_error"], "handler asked for a retry");
-    assert!(dead[0]["handler_version"].as_str().is_some_and(|v| v.len() == 16));
-    assert!(env.drain("shipping").is_empty(), "publishes of failed attempts are discarded");
+    assert!(
+        dead[0]["handler_version"]
+            .as_str()
+            .is_some_and(|v| v.len() == 16)
+    );
+    assert!(
+        env.drain("shipping").is_empty(),
+        "publishes of failed attempts are discarded"
+    );
 }
 
 #[test]
@@ -76,9 +94,16 @@ fn reject_goes_to_dead_letters_at_once() {
     let stats = env.stats();
     assert_eq!(stats["orders"]["dead"], 1);
     assert_eq!(stats["orders"]["retried"], 0, "a reject is never retried");
-    let shown: serde_json::Value = serde_json::from_str(&env.sluice(&["--json", "dlq", "show", "orders", &id])).unwrap();
+    let shown: serde_json::Value =
+        serde_json::from_str(&env.sluice(&["--json", "dlq", "show", "orders", &id])).unwrap();
     assert_eq!(shown["attempts"], 1);
-    assert!(shown["reason"].as_str().unwrap().starts_with("rejected: malformed order"), "{shown}");
+    assert!(
+        shown["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("rejected: malformed order"),
+        "{shown}"
+    );
     assert_eq!(shown["payload"], "not json");
     let text = env.sluice(&["dlq", "show", "orders", &id]);
     assert!(text.contains("payload:   not json"), "{text}");
@@ -88,7 +113,11 @@ fn reject_goes_to_dead_letters_at_once() {
 fn replay_after_fixing_config_then_done_and_purge() {
     let env = Env::new();
     // One attempt only: an order that needs two attempts dies.
-    env.deploy("orders", "orders", Some("[retry]\nmax_attempts = 1\n[config]\nretry_delay_ms = 10\n"));
+    env.deploy(
+        "orders",
+        "orders",
+        Some("[retry]\nmax_attempts = 1\n[config]\nretry_delay_ms = 10\n"),
+    );
     let id = env.send("orders", r#"{"id": 9, "retry_until_attempt": 2}"#, &[]);
     env.send("orders", "not json", &[]);
     env.run_until_idle();
@@ -109,7 +138,10 @@ fn replay_after_fixing_config_then_done_and_purge() {
     let missing = env.sluice_raw(&["dlq", "replay", "orders", "--id", "nope"]);
     assert!(!missing.status.success());
     let purged = env.sluice(&["--json", "dlq", "purge", "orders"]);
-    assert_eq!(serde_json::from_str::<serde_json::Value>(&purged).unwrap()["purged"], 1);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&purged).unwrap()["purged"],
+        1
+    );
     assert_eq!(env.count("orders", "dead"), 0);
 }
 
@@ -127,25 +159,61 @@ fn duplicate_keys_are_not_handled_twice() {
     let stats = env.stats();
     assert_eq!(stats["orders"]["done"], 2);
     assert_eq!(stats["orders"]["duplicates"], 2);
-    assert_eq!(env.drain("shipping").len(), 2, "one follow-up per distinct key");
+    assert_eq!(
+        env.drain("shipping").len(),
+        2,
+        "one follow-up per distinct key"
+    );
 }
 
 #[test]
 fn idempotency_key_from_header_or_json_pointer() {
     let env = Env::new();
-    env.deploy("orders", "by_header", Some("[idempotency]\nkey_header = \"Idempotency-Key\"\n"));
-    env.deploy("orders", "by_pointer", Some("[idempotency]\nkey_pointer = \"/id\"\n"));
-    env.send("by_header", r#"{"id": 1}"#, &["--header", "Idempotency-Key=a"]);
-    env.send("by_header", r#"{"id": 2}"#, &["--header", "Idempotency-Key=a"]);
-    env.send("by_header", r#"{"id": 3}"#, &["--header", "Idempotency-Key=b"]);
+    env.deploy(
+        "orders",
+        "by_header",
+        Some("[idempotency]\nkey_header = \"Idempotency-Key\"\n"),
+    );
+    env.deploy(
+        "orders",
+        "by_pointer",
+        Some("[idempotency]\nkey_pointer = \"/id\"\n"),
+    );
+    env.send(
+        "by_header",
+        r#"{"id": 1}"#,
+        &["--header", "Idempotency-Key=a"],
+    );
+    env.send(
+        "by_header",
+        r#"{"id": 2}"#,
+        &["--header", "Idempotency-Key=a"],
+    );
+    env.send(
+        "by_header",
+        r#"{"id": 3}"#,
+        &["--header", "Idempotency-Key=b"],
+    );
     env.send("by_pointer", r#"{"id": 7, "qty": 1}"#, &[]);
     env.send("by_pointer", r#"{"id": 7, "qty": 2}"#, &[]);
     env.send("by_pointer", r#"{"id": "7"}"#, &[]);
     env.run_until_idle();
     let stats = env.stats();
-    assert_eq!((stats["by_header"]["done"].as_u64(), stats["by_header"]["duplicates"].as_u64()), (Some(2), Some(1)));
+    assert_eq!(
+        (
+            stats["by_header"]["done"].as_u64(),
+            stats["by_header"]["duplicates"].as_u64()
+        ),
+        (Some(2), Some(1))
+    );
     // The number 7 and the string "7" are the same key.
-    assert_eq!((stats["by_pointer"]["done"].as_u64(), stats["by_pointer"]["duplicates"].as_u64()), (Some(1), Some(2)));
+    assert_eq!(
+        (
+            stats["by_pointer"]["done"].as_u64(),
+            stats["by_pointer"]["duplicates"].as_u64()
+        ),
+        (Some(1), Some(2))
+    );
 }
 
 #[test]
@@ -166,11 +234,21 @@ fn delayed_message_is_not_delivered_early() {
     let sent = Instant::now();
     env.send("hello", "later", &["--delay", "2s"]);
     let stats = env.stats();
-    assert_eq!((stats["hello"]["delayed"].as_u64(), stats["hello"]["ready"].as_u64()), (Some(1), Some(0)));
+    assert_eq!(
+        (
+            stats["hello"]["delayed"].as_u64(),
+            stats["hello"]["ready"].as_u64()
+        ),
+        (Some(1), Some(0))
+    );
     // Nothing may be handed out before it is due.
     assert!(env.drain("hello").is_empty());
     let log = env.run_until_idle();
-    assert!(sent.elapsed() >= Duration::from_secs(2), "run ended after {:?}", sent.elapsed());
+    assert!(
+        sent.elapsed() >= Duration::from_secs(2),
+        "run ended after {:?}",
+        sent.elapsed()
+    );
     assert_eq!(env.count("hello", "done"), 1);
     assert_eq!(lines_with(&log, "hello from sluice").len(), 1);
 }
@@ -187,13 +265,20 @@ fn queue_without_handler_keeps_its_messages() {
     assert_eq!(stats["nobody"]["ready"], 1);
     assert_eq!(stats["nobody"]["dead"], 0);
     let waiting = env.drain("nobody");
-    assert_eq!(waiting[0].attempt, 1, "attempts unchanged while no handler is loaded");
+    assert_eq!(
+        waiting[0].attempt, 1,
+        "attempts unchanged while no handler is loaded"
+    );
 }
 
 #[test]
 fn reuse_mode_handles_every_message() {
     let env = Env::new();
-    env.deploy("hello", "hello", Some("instance_mode = \"reuse\"\nmax_messages_per_instance = 3\n"));
+    env.deploy(
+        "hello",
+        "hello",
+        Some("instance_mode = \"reuse\"\nmax_messages_per_instance = 3\n"),
+    );
     for i in 0..20 {
         env.send("hello", &format!("{i}"), &[]);
     }

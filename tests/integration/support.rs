@@ -14,7 +14,9 @@ pub fn repo_root() -> PathBuf {
 
 /// A built guest component; fails the test when it has not been built.
 pub fn guest(name: &str) -> PathBuf {
-    let path = repo_root().join("guests/out/rust").join(format!("{name}.wasm"));
+    let path = repo_root()
+        .join("guests/out/rust")
+        .join(format!("{name}.wasm"));
     assert!(
         path.is_file(),
         "guest {name} is not built ({} is missing): run scripts/build-guests",
@@ -45,7 +47,11 @@ impl Env {
 
     /// Deploy guest `guest_name` as handler `name`, with an optional sidecar.
     pub fn deploy(&self, guest_name: &str, name: &str, sidecar: Option<&str>) {
-        std::fs::copy(guest(guest_name), self.handlers.join(format!("{name}.wasm"))).unwrap();
+        std::fs::copy(
+            guest(guest_name),
+            self.handlers.join(format!("{name}.wasm")),
+        )
+        .unwrap();
         if let Some(text) = sidecar {
             std::fs::write(self.handlers.join(format!("{name}.toml")), text).unwrap();
         }
@@ -94,7 +100,11 @@ impl Env {
             Duration::from_secs(120),
         );
         let log = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(out.status.success(), "sluice run failed ({}):\n{log}", out.status);
+        assert!(
+            out.status.success(),
+            "sluice run failed ({}):\n{log}",
+            out.status
+        );
         log
     }
 
@@ -120,7 +130,9 @@ impl Env {
 
     /// One counter of one queue; 0 for a queue the broker does not know.
     pub fn count(&self, queue: &str, field: &str) -> u64 {
-        self.stats().get(queue).map_or(0, |q| q[field].as_u64().unwrap())
+        self.stats()
+            .get(queue)
+            .map_or(0, |q| q[field].as_u64().unwrap())
     }
 
     /// `sluice dlq list QUEUE --json`.
@@ -144,7 +156,10 @@ impl Env {
         rt.block_on(async {
             let mut all = Vec::new();
             loop {
-                let batch = broker.receive(queue, 1000, Duration::from_secs(60)).await.unwrap();
+                let batch = broker
+                    .receive(queue, 1000, Duration::from_secs(60))
+                    .await
+                    .unwrap();
                 if batch.is_empty() {
                     return all;
                 }
@@ -156,7 +171,9 @@ impl Env {
 
 /// Wait for `cmd` with a deadline; kill it and fail the test past it.
 pub fn run_with_deadline(mut cmd: Command, deadline: Duration) -> Output {
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null());
     let child = cmd.spawn().expect("spawning sluice");
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -176,7 +193,10 @@ pub fn run_with_deadline(mut cmd: Command, deadline: Duration) -> Output {
 pub fn wait_until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
     let start = Instant::now();
     while !check() {
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
