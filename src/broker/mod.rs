@@ -11,8 +11,10 @@ use serde::Serialize;
 
 use crate::message::{Delivery, NewMessage};
 
+pub mod redis;
 pub mod sqlite;
 
+pub use self::redis::RedisBroker;
 pub use sqlite::SqliteBroker;
 
 #[derive(Debug, thiserror::Error)]
@@ -175,7 +177,7 @@ pub trait Broker: Send + Sync + 'static {
     async fn purge(&self, queue: &str) -> Result<u64>;
 }
 
-/// Open the broker a URL names: `sqlite://PATH`.
+/// Open the broker a URL names: `sqlite://PATH` or `redis://HOST:PORT[/DB]`.
 pub async fn connect(url: &str) -> anyhow::Result<std::sync::Arc<dyn Broker>> {
     if let Some(path) = url.strip_prefix("sqlite://") {
         if path.is_empty() {
@@ -184,9 +186,7 @@ pub async fn connect(url: &str) -> anyhow::Result<std::sync::Arc<dyn Broker>> {
         return Ok(std::sync::Arc::new(SqliteBroker::open(path)?));
     }
     if url.starts_with("redis://") {
-        anyhow::bail!(
-            "broker URL {url:?}: the Redis broker is not built into this version yet; use sqlite://PATH"
-        );
+        return Ok(std::sync::Arc::new(RedisBroker::connect(url).await?));
     }
-    anyhow::bail!("unknown broker URL {url:?}: use sqlite://PATH")
+    anyhow::bail!("unknown broker URL {url:?}: use sqlite://PATH or redis://HOST:PORT")
 }

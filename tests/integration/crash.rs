@@ -7,7 +7,7 @@ use std::time::Duration;
 use sluice::broker::Broker;
 use sluice::message::NewMessage;
 
-use crate::support::{Env, wait_until};
+use crate::support::Env;
 
 const MESSAGES: usize = 2000;
 
@@ -18,11 +18,11 @@ fn sigkill_mid_drain_loses_nothing_and_completes_each_once() {
     env.deploy(
         "orders",
         "orders",
-        Some("lease = \"2s\"\nconcurrency = 4\n[limits]\ntimeout = \"1s\"\n[config]\nfollowup_queue = \"shipping\"\n"),
+        Some("lease = \"2s\"\nconcurrency = 4\nprefetch = 8\n[limits]\ntimeout = \"1s\"\n[config]\nfollowup_queue = \"shipping\"\nwork_ms = 1\n"),
     );
     let rt = tokio::runtime::Runtime::new().unwrap();
+    let broker = env.broker();
     rt.block_on(async {
-        let broker = env.broker();
         let batch = (0..MESSAGES)
             .map(|i| NewMessage::new("orders", format!(r#"{{"id": {i}, "qty": 1}}"#)))
             .collect();
@@ -31,11 +31,14 @@ fn sigkill_mid_drain_loses_nothing_and_completes_each_once() {
 
     let first_log = env.dir.path().join("first.log");
     let mut host = env.spawn_run(&first_log);
-    wait_until(
-        Duration::from_secs(60),
-        "the first host to complete some messages",
-        || env.count("orders", "done") >= 300,
-    );
+    // Poll in-process (a CLI call per poll is too slow: the host drains
+    // thousands of messages a second) and kill as soon as some are done.
+    let done = || rt.block_on(broker.queue_stats("orders")).unwrap().done;
+    let start = std::time::Instant::now();
+    while done() < 100 {
+        assert!(start.elapsed() < Duration::from_secs(60), "the first host completed nothing");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     unsafe { libc::kill(host.id() as i32, libc::SIGKILL) };
     host.wait().unwrap();
     let done_at_kill = env.count("orders", "done");
@@ -86,7 +89,7 @@ fn sigkill_mid_drain_loses_nothing_and_completes_each_once() {
     assert_eq!(handlings.len(), MESSAGES, "every order was handled");
     let twice = handlings.values().filter(|&&n| n > 1).count();
     assert!(
-        twice <= 16,
+        twice <= 8,
         "{twice} orders were handled again; only the prefetch in flight at the kill may be"
     );
 }

@@ -8,6 +8,8 @@
 //! - `"always_retry": true` — always `retry(none)`, leaving the delay and the
 //!   dead-lettering to the host's policy.
 //!
+//! Config `work_ms` makes every call sleep that long first (simulated work).
+//!
 //! Otherwise publishes `{"order": id, "qty": qty, "source": message-id}` to
 //! the queue named by config `followup_queue` (default `shipping`).
 use serde_json::{Map, Value, json};
@@ -91,6 +93,11 @@ fn retry_delay_ms(host: &impl Host) -> u64 {
 
 impl Guest for Orders {
     fn handle(message: Message) -> Outcome {
+        // Simulated processing time, for demos and for tests that must catch
+        // a host in the middle of a drain.
+        if let Some(ms) = Imports.config("work_ms").and_then(|v| v.parse().ok()) {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
         handle(&message, &Imports)
     }
 }

@@ -1,0 +1,717 @@
+//! The Redis broker: one Stream and consumer group per queue, delayed and
+//! retried messages in a sorted set, dead letters in a stream of their own,
+//! idempotency keys as plain keys with a TTL. Every key of a queue carries
+//! the hash tag `{queue}`, so the same code runs on Redis Cluster, and many
+//! hosts can consume one queue as competing consumers.
+//!
+//! Round trips are per batch, not per message: one `XREADGROUP` for a batch,
+//! one script to take a batch's idempotency keys and one to settle a batch.
+//! Publishes held by a handler go to an outbox stream in the source queue's
+//! slot, written by the same script as the ack; a relay task moves them to
+//! their target queues, each guarded by a marker key so a relay repeated
+//! after a crash enqueues nothing twice.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
+use tokio::sync::{Mutex, Notify};
+
+use super::{
+    Broker, BrokerError, ClaimState, DeadLetter, KeyClaim, QueueStats, ReplaySelector, Result, Settlement,
+};
+use crate::message::{Delivery, NewMessage, new_id};
+
+mod codec;
+mod scripts;
+
+use codec::{Fields, array, int, text};
+
+/// The consumer group every host joins.
+const GROUP: &str = "sluice";
+/// The set of known queue names (the one key without a queue's hash tag).
+const QUEUES_KEY: &str = "sluice:queues";
+/// How long a receive blocks on an empty stream.
+const BLOCK: Duration = Duration::from_millis(50);
+/// How often a receiver promotes due messages and reclaims expired leases.
+const MAINTAIN_EVERY: Duration = Duration::from_millis(100);
+/// How long the relay's markers remember a relayed publish.
+const RELAY_MARKER_TTL: Duration = Duration::from_secs(24 * 3600);
+
+fn key(queue: &str, part: &str) -> String {
+    format!("sluice:{{{queue}}}:{part}")
+}
+
+/// The keys of one queue, in the order the scripts expect them.
+struct QueueKeys {
+    stream: String,
+    delayed: String,
+    bodies: String,
+    dead: String,
+    counters: String,
+    outbox: String,
+}
+
+impl QueueKeys {
+    fn new(queue: &str) -> Self {
+        QueueKeys {
+            stream: key(queue, "stream"),
+            delayed: key(queue, "delayed"),
+            bodies: key(queue, "bodies"),
+            dead: key(queue, "dead"),
+            counters: key(queue, "counters"),
+            outbox: key(queue, "outbox"),
+        }
+    }
+}
+
+/// A connection to a single Redis or to a cluster. Both reconnect on their
+/// own; a command issued while Redis is away fails, and callers back off.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+#[derive(Clone)]
+enum Client {
+    Single(redis::Client),
+    Cluster(redis::cluster::ClusterClient),
+}
+
+impl Client {
+    async fn connect(&self) -> redis::RedisResult<Conn> {
+        match self {
+            Client::Single(c) => {
+                let config = ConnectionManagerConfig::new()
+                    .set_number_of_retries(3)
+                    .set_max_delay(Duration::from_secs(2))
+                    .set_connection_timeout(Some(Duration::from_secs(2)))
+                    .set_response_timeout(Some(Duration::from_secs(10)));
+                Ok(Conn::Single(ConnectionManager::new_with_config(c.clone(), config).await?))
+            }
+            Client::Cluster(c) => Ok(Conn::Cluster(c.get_async_connection().await?)),
+        }
+    }
+}
+
+/// The receiving side of one queue: its own connection, because a blocking
+/// `XREADGROUP` holds the connection it runs on.
+struct Reader {
+    conn: Conn,
+    group_ready: bool,
+    cursor: String,
+    last_maintain: Option<Instant>,
+}
+
+pub struct RedisBroker {
+    client: Client,
+    conn: Conn,
+    consumer: String,
+    cluster: bool,
+    readers: Mutex<HashMap<String, Arc<Mutex<Reader>>>>,
+    registered: StdMutex<HashSet<String>>,
+    served: Arc<StdMutex<BTreeSet<String>>>,
+    relay_wake: Arc<Notify>,
+    relay: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for RedisBroker {
+    fn drop(&mut self) {
+        self.relay.abort();
+    }
+}
+
+fn classify(e: RedisError) -> BrokerError {
+    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_connection_refusal() {
+        BrokerError::Unavailable(format!("Redis: {e}"))
+    } else {
+        BrokerError::Storage(format!("Redis: {e}"))
+    }
+}
+
+impl RedisBroker {
+    /// Connect to `redis://HOST:PORT[/DB]`. A node with cluster mode on is
+    /// used through a cluster-aware connection.
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        let single = redis::Client::open(url).map_err(|e| anyhow::anyhow!("bad Redis URL {url:?}: {e}"))?;
+        let mut probe = tokio::time::timeout(Duration::from_secs(5), single.get_multiplexed_async_connection())
+            .await
+            .map_err(|_| anyhow::anyhow!("cannot connect to Redis at {url}: timed out"))?
+            .map_err(|e| anyhow::anyhow!("cannot connect to Redis at {url}: {e}"))?;
+        let info: String = redis::cmd("INFO")
+            .arg("cluster")
+            .query_async(&mut probe)
+            .await
+            .map_err(|e| anyhow::anyhow!("Redis at {url} did not answer INFO: {e}"))?;
+        let cluster = info.contains("cluster_enabled:1");
+        let client = if cluster {
+            let c = redis::cluster::ClusterClientBuilder::new(vec![url])
+                .retries(6)
+                .connection_timeout(Duration::from_secs(2))
+                .response_timeout(Duration::from_secs(10))
+                .build()
+                .map_err(|e| anyhow::anyhow!("bad Redis Cluster URL {url:?}: {e}"))?;
+            Client::Cluster(c)
+        } else {
+            Client::Single(single)
+        };
+        let conn = client
+            .connect()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot connect to Redis at {url}: {e}"))?;
+        let consumer = format!(
+            "{}-{}-{}",
+            hostname(),
+            std::process::id(),
+            &new_id()[20..]
+        );
+        let served = Arc::new(StdMutex::new(BTreeSet::new()));
+        let relay_wake = Arc::new(Notify::new());
+        let relay = tokio::spawn(relay_loop(conn.clone(), served.clone(), relay_wake.clone()));
+        Ok(RedisBroker {
+            client,
+            conn,
+            consumer,
+            cluster,
+            readers: Mutex::new(HashMap::new()),
+            registered: StdMutex::new(HashSet::new()),
+            served,
+            relay_wake,
+            relay,
+        })
+    }
+
+    /// Whether the broker talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    /// This host's consumer name in every queue's group.
+    pub fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    async fn reader(&self, queue: &str) -> Result<Arc<Mutex<Reader>>> {
+        let mut readers = self.readers.lock().await;
+        if let Some(r) = readers.get(queue) {
+            return Ok(r.clone());
+        }
+        let conn = self.client.connect().await.map_err(classify)?;
+        let reader = Arc::new(Mutex::new(Reader {
+            conn,
+            group_ready: false,
+            cursor: "0-0".into(),
+            last_maintain: None,
+        }));
+        readers.insert(queue.to_string(), reader.clone());
+        Ok(reader)
+    }
+
+    /// Remember a queue name in the set `stats` lists.
+    async fn register(&self, queues: impl IntoIterator<Item = &str>) -> Result<()> {
+        let new: Vec<String> = {
+            let known = self.registered.lock().expect("registered lock");
+            queues.into_iter().filter(|q| !known.contains(*q)).map(str::to_string).collect()
+        };
+        if new.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn.clone();
+        redis::cmd("SADD")
+            .arg(QUEUES_KEY)
+            .arg(&new)
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(classify)?;
+        self.registered.lock().expect("registered lock").extend(new);
+        Ok(())
+    }
+
+    async fn ensure_group(conn: &mut Conn, stream: &str) -> Result<()> {
+        let created: redis::RedisResult<()> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(stream)
+            .arg(GROUP)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query_async(conn)
+            .await;
+        match created {
+            Ok(()) => Ok(()),
+            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+            Err(e) => Err(classify(e)),
+        }
+    }
+
+    async fn read_new(&self, reader: &mut Reader, keys: &QueueKeys, queue: &str, count: usize, block: bool, lease: Duration) -> Result<Vec<Delivery>> {
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP").arg(GROUP).arg(&self.consumer).arg("COUNT").arg(count);
+        if block {
+            cmd.arg("BLOCK").arg(BLOCK.as_millis() as u64);
+        }
+        cmd.arg("STREAMS").arg(&keys.stream).arg(">");
+        let reply: Value = match cmd.query_async(&mut reader.conn).await {
+            Ok(v) => v,
+            Err(e) if e.code() == Some("NOGROUP") => {
+                // The stream or group is gone (e.g. Redis lost its data):
+                // make them again and read next time.
+                reader.group_ready = false;
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(classify(e)),
+        };
+        let mut out = Vec::new();
+        for stream in array(&reply) {
+            let parts = array(stream);
+            let Some(entries) = parts.get(1) else { continue };
+            for entry in array(entries) {
+                let e = array(entry);
+                let (Some(id), Some(fields)) = (e.first().and_then(text), e.get(1).and_then(Fields::parse)) else {
+                    continue;
+                };
+                out.push(codec::delivery(queue, &id, &fields, 1, lease.as_millis() as u64));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn maintain(&self, reader: &mut Reader, keys: &QueueKeys, queue: &str, max: usize, lease: Duration) -> Result<Vec<Delivery>> {
+        let mut conn = self.conn.clone();
+        let reply: Value = scripts::MAINTAIN
+            .key(&keys.stream)
+            .key(&keys.delayed)
+            .key(&keys.bodies)
+            .arg(GROUP)
+            .arg(&self.consumer)
+            .arg(lease.as_millis() as u64)
+            .arg(max.max(1))
+            .arg(&reader.cursor)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        let parts = array(&reply);
+        reader.cursor = parts.first().and_then(text).unwrap_or_else(|| "0-0".into());
+        let mut out = Vec::new();
+        for item in parts.get(1).map(array).unwrap_or_default() {
+            let e = array(item);
+            let (Some(id), Some(fields), Some(count)) =
+                (e.first().and_then(text), e.get(1).and_then(Fields::parse), e.get(2).and_then(int))
+            else {
+                continue;
+            };
+            out.push(codec::delivery(queue, &id, &fields, count, lease.as_millis() as u64));
+        }
+        Ok(out)
+    }
+
+    async fn settle_queue(&self, queue: &str, settlements: &[Settlement]) -> Result<()> {
+        let keys = QueueKeys::new(queue);
+        let mut script = scripts::SETTLE.prepare_invoke();
+        script
+            .key(&keys.stream)
+            .key(&keys.delayed)
+            .key(&keys.bodies)
+            .key(&keys.dead)
+            .key(&keys.counters)
+            .key(&keys.outbox);
+        script.arg(GROUP).arg(&self.consumer);
+        let mut idem_keys = 0usize;
+        let mut has_publishes = false;
+        for s in settlements {
+            let d = s.delivery();
+            let (entry, count) = codec::parse_receipt(&d.receipt);
+            let key = match s {
+                Settlement::Done { key, .. } => key.as_ref().map(|(k, _)| k.as_str()),
+                Settlement::Retry { key, .. } | Settlement::Dead { key, .. } => key.as_deref(),
+                Settlement::Duplicate { .. } | Settlement::Defer { .. } => None,
+            };
+            let kidx = match key {
+                Some(k) => {
+                    script.key(self::key(queue, &format!("key:{k}")));
+                    idem_keys += 1;
+                    idem_keys
+                }
+                None => 0,
+            };
+            let kind = match s {
+                Settlement::Done { .. } => "D",
+                Settlement::Duplicate { .. } => "U",
+                Settlement::Retry { .. } => "R",
+                Settlement::Defer { .. } => "F",
+                Settlement::Dead { .. } => "X",
+            };
+            script.arg(kind).arg(entry).arg(count).arg(kidx).arg(&d.id).arg(d.attempt);
+            match s {
+                Settlement::Done { key, publishes, .. } => {
+                    let retention = key.as_ref().map_or(0, |(_, r)| r.as_millis() as u64);
+                    script.arg(retention).arg(publishes.len());
+                    for p in publishes {
+                        has_publishes = true;
+                        script
+                            .arg(&p.queue)
+                            .arg(new_id())
+                            .arg(p.key.as_deref().unwrap_or(""))
+                            .arg(&p.payload)
+                            .arg(encode_headers(&p.headers))
+                            .arg(p.delay.as_millis() as u64);
+                    }
+                }
+                Settlement::Duplicate { .. } => {}
+                Settlement::Retry { delay, error, .. } => {
+                    script.arg(delay.as_millis() as u64).arg(error);
+                }
+                Settlement::Defer { delay, .. } => {
+                    script.arg(delay.as_millis() as u64);
+                }
+                Settlement::Dead { reason, error, handler_version, .. } => {
+                    script
+                        .arg(reason)
+                        .arg(error.as_deref().unwrap_or(""))
+                        .arg(handler_version.as_deref().unwrap_or(""));
+                }
+            }
+        }
+        let mut conn = self.conn.clone();
+        script.invoke_async::<()>(&mut conn).await.map_err(classify)?;
+        if has_publishes {
+            self.relay_wake.notify_one();
+        }
+        Ok(())
+    }
+}
+
+fn encode_headers(headers: &[(String, String)]) -> String {
+    if headers.is_empty() {
+        String::new()
+    } else {
+        serde_json::to_string(headers).expect("string pairs always serialize")
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".into())
+}
+
+#[async_trait]
+impl Broker for RedisBroker {
+    async fn publish(&self, messages: Vec<NewMessage>) -> Result<Vec<String>> {
+        let mut ids = Vec::with_capacity(messages.len());
+        let mut by_queue: Vec<(String, Vec<(String, &NewMessage)>)> = Vec::new();
+        for m in &messages {
+            let id = new_id();
+            ids.push(id.clone());
+            match by_queue.iter_mut().find(|(q, _)| *q == m.queue) {
+                Some((_, list)) => list.push((id, m)),
+                None => by_queue.push((m.queue.clone(), vec![(id, m)])),
+            }
+        }
+        self.register(by_queue.iter().map(|(q, _)| q.as_str())).await?;
+        let mut conn = self.conn.clone();
+        for (queue, list) in &by_queue {
+            let keys = QueueKeys::new(queue);
+            for chunk in list.chunks(500) {
+                let mut script = scripts::PUBLISH.prepare_invoke();
+                script.key(&keys.stream).key(&keys.delayed).key(&keys.bodies);
+                for (id, m) in chunk {
+                    script
+                        .arg(id)
+                        .arg(m.key.as_deref().unwrap_or(id))
+                        .arg(&m.payload)
+                        .arg(encode_headers(&m.headers))
+                        .arg(m.delay.as_millis() as u64)
+                        .arg(0);
+                }
+                script.invoke_async::<()>(&mut conn).await.map_err(classify)?;
+            }
+        }
+        Ok(ids)
+    }
+
+    async fn receive(&self, queue: &str, max: usize, lease: Duration) -> Result<Vec<Delivery>> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        self.served.lock().expect("served lock").insert(queue.to_string());
+        let keys = QueueKeys::new(queue);
+        let reader = self.reader(queue).await?;
+        let mut reader = reader.lock().await;
+        if !reader.group_ready {
+            self.register([queue]).await?;
+            Self::ensure_group(&mut reader.conn, &keys.stream).await?;
+            reader.group_ready = true;
+        }
+        let mut out = Vec::new();
+        if reader.last_maintain.is_none_or(|t| t.elapsed() >= MAINTAIN_EVERY) {
+            reader.last_maintain = Some(Instant::now());
+            out = self.maintain(&mut reader, &keys, queue, max, lease).await?;
+        }
+        if out.len() < max {
+            let block = out.is_empty();
+            let fresh = self.read_new(&mut reader, &keys, queue, max - out.len(), block, lease).await?;
+            out.extend(fresh);
+        }
+        Ok(out)
+    }
+
+    async fn claim(&self, queue: &str, claims: &[KeyClaim], lease: Duration) -> Result<Vec<ClaimState>> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut script = scripts::CLAIM.prepare_invoke();
+        script.arg(lease.as_millis() as u64);
+        for c in claims {
+            script.key(key(queue, &format!("key:{}", c.key))).arg(&c.message_id);
+        }
+        let mut conn = self.conn.clone();
+        let states: Vec<i64> = script.invoke_async(&mut conn).await.map_err(classify)?;
+        Ok(states
+            .into_iter()
+            .map(|s| match s {
+                0 => ClaimState::Acquired,
+                1 => ClaimState::AlreadyDone,
+                _ => ClaimState::Busy,
+            })
+            .collect())
+    }
+
+    async fn settle(&self, settlements: Vec<Settlement>) -> Result<()> {
+        let mut by_queue: Vec<(String, Vec<Settlement>)> = Vec::new();
+        for s in settlements {
+            let q = s.delivery().queue.clone();
+            match by_queue.iter_mut().find(|(name, _)| *name == q) {
+                Some((_, list)) => list.push(s),
+                None => by_queue.push((q, vec![s])),
+            }
+        }
+        for (queue, list) in by_queue {
+            self.settle_queue(&queue, &list).await?;
+        }
+        Ok(())
+    }
+
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
+        let keys = QueueKeys::new(queue);
+        let mut conn = self.conn.clone();
+        let reply: Value = scripts::STATS
+            .key(&keys.stream)
+            .key(&keys.delayed)
+            .key(&keys.bodies)
+            .key(&keys.dead)
+            .key(&keys.counters)
+            .key(&keys.outbox)
+            .arg(GROUP)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        let v = array(&reply);
+        let n = |i: usize| v.get(i).and_then(int).unwrap_or(0);
+        let (in_stream, pending, delayed, dead, outbox) = (n(0), n(1), n(2), n(3), n(4));
+        let mut s = QueueStats {
+            queue: queue.to_string(),
+            ready: in_stream.saturating_sub(pending),
+            delayed,
+            // Publishes waiting in the outbox are still in transit.
+            in_flight: pending + outbox,
+            dead,
+            ..Default::default()
+        };
+        let counters = v.get(5).map(array).unwrap_or_default();
+        for pair in counters.chunks(2) {
+            if let [k, val] = pair {
+                let count = int(val).unwrap_or(0);
+                match text(k).as_deref() {
+                    Some("done") => s.done = count,
+                    Some("duplicates") => s.duplicates = count,
+                    Some("retried") => s.retried = count,
+                    _ => {}
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    async fn stats(&self) -> Result<Vec<QueueStats>> {
+        let mut conn = self.conn.clone();
+        let mut queues: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(QUEUES_KEY)
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        queues.sort();
+        let mut out = Vec::with_capacity(queues.len());
+        for q in queues {
+            out.push(self.queue_stats(&q).await?);
+        }
+        Ok(out)
+    }
+
+    async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<DeadLetter>> {
+        let mut conn = self.conn.clone();
+        let reply: Value = redis::cmd("XRANGE")
+            .arg(key(queue, "dead"))
+            .arg("-")
+            .arg("+")
+            .arg("COUNT")
+            .arg(limit.max(1))
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        Ok(array(&reply)
+            .iter()
+            .filter_map(|e| array(e).get(1).and_then(Fields::parse))
+            .map(|f| codec::dead_letter(queue, &f))
+            .collect())
+    }
+
+    async fn dead_letter(&self, queue: &str, id: &str) -> Result<Option<DeadLetter>> {
+        let mut conn = self.conn.clone();
+        let reply: Value = redis::cmd("XRANGE")
+            .arg(key(queue, "dead"))
+            .arg("-")
+            .arg("+")
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        Ok(array(&reply)
+            .iter()
+            .filter_map(|e| array(e).get(1).and_then(Fields::parse))
+            .find(|f| f.get("i") == Some(id.as_bytes()))
+            .map(|f| codec::dead_letter(queue, &f)))
+    }
+
+    async fn replay(&self, queue: &str, selector: &ReplaySelector) -> Result<u64> {
+        let mut conn = self.conn.clone();
+        let mut script = scripts::REPLAY.prepare_invoke();
+        script.key(key(queue, "dead")).key(key(queue, "stream"));
+        for id in &selector.ids {
+            script.arg(id);
+        }
+        script.invoke_async(&mut conn).await.map_err(classify)
+    }
+
+    async fn purge(&self, queue: &str) -> Result<u64> {
+        let mut conn = self.conn.clone();
+        scripts::PURGE
+            .key(key(queue, "dead"))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(classify)
+    }
+}
+
+/// Moves held publishes from the outboxes of the queues this host serves to
+/// their target queues. Runs until the broker is dropped.
+async fn relay_loop(conn: Conn, served: Arc<StdMutex<BTreeSet<String>>>, wake: Arc<Notify>) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        tokio::select! {
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        let queues: Vec<String> = served.lock().expect("served lock").iter().cloned().collect();
+        for q in queues {
+            if let Err(e) = relay_queue(conn.clone(), &q).await {
+                tracing::warn!(queue = %q, error = %e, "relaying held publishes failed; retrying in {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+            backoff = Duration::from_millis(50);
+        }
+    }
+}
+
+async fn relay_queue(mut conn: Conn, queue: &str) -> redis::RedisResult<()> {
+    let outbox = key(queue, "outbox");
+    loop {
+        let reply: Value = redis::cmd("XRANGE")
+            .arg(&outbox)
+            .arg("-")
+            .arg("+")
+            .arg("COUNT")
+            .arg(200)
+            .query_async(&mut conn)
+            .await?;
+        let entries = array(&reply);
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut done = Vec::with_capacity(entries.len());
+        let mut targets = BTreeSet::new();
+        for entry in entries {
+            let e = array(entry);
+            let (Some(entry_id), Some(f)) = (e.first().and_then(text), e.get(1).and_then(Fields::parse)) else {
+                continue;
+            };
+            let target = f.text("q");
+            let id = f.text("i");
+            let keys = QueueKeys::new(&target);
+            let k = f.text("k");
+            scripts::PUBLISH
+                .key(&keys.stream)
+                .key(&keys.delayed)
+                .key(&keys.bodies)
+                .key(key(&target, &format!("relayed:{id}")))
+                .arg(&id)
+                .arg(if k.is_empty() { id.clone() } else { k })
+                .arg(f.get("p").unwrap_or_default())
+                .arg(f.get("h").unwrap_or_default())
+                .arg(f.number("d"))
+                .arg(RELAY_MARKER_TTL.as_millis() as u64)
+                .invoke_async::<()>(&mut conn)
+                .await?;
+            targets.insert(target);
+            done.push(entry_id);
+        }
+        redis::cmd("SADD").arg(QUEUES_KEY).arg(targets.into_iter().collect::<Vec<_>>()).query_async::<()>(&mut conn).await?;
+        redis::cmd("XDEL").arg(&outbox).arg(&done).query_async::<()>(&mut conn).await?;
+    }
+}
+
+impl std::fmt::Debug for RedisBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBroker").field("consumer", &self.consumer).field("cluster", &self.cluster).finish()
+    }
+}
+
+#[allow(dead_code)]
+fn is_noscript(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}

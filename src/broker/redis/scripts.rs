@@ -1,0 +1,285 @@
+//! The Lua scripts of the Redis broker. Each runs atomically on the node
+//! that owns the queue's hash slot; every key a script touches carries the
+//! queue's hash tag, so nothing crosses slots on Redis Cluster.
+//!
+//! Times come from the server's clock (`TIME`), so hosts with skewed clocks
+//! agree on when a delayed message is due.
+//!
+//! A message lives in exactly one place at a time: an entry of the queue's
+//! stream (ready or leased), a packed body in the `bodies` hash plus a score
+//! in the `delayed` sorted set, or an entry of the `dead` stream. Entry fields:
+//! `i` id, `k` key, `p` payload, `h` headers (JSON), `t` enqueued at (ms),
+//! `a` attempts before this entry, `e` last error.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+const PRELUDE: &str = r#"
+local function server_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function set_field(f, name, value)
+  for i = 1, #f, 2 do
+    if f[i] == name then f[i + 1] = value; return end
+  end
+  table.insert(f, name); table.insert(f, value)
+end
+local function get_field(f, name)
+  for i = 1, #f, 2 do
+    if f[i] == name then return f[i + 1] end
+  end
+  return nil
+end
+-- Queue a body now (stream) or later (bodies hash + delayed set).
+local function enqueue(stream, delayed, bodies, id, fields, due, now)
+  if due > now then
+    redis.call('HSET', bodies, id, cmsgpack.pack(fields))
+    redis.call('ZADD', delayed, due, id)
+  else
+    redis.call('XADD', stream, '*', unpack(fields))
+  end
+end
+"#;
+
+/// KEYS: stream, delayed, bodies. ARGV: groups of six per message:
+/// id, key, payload, headers, delay ms, marker TTL ms (0 = no marker).
+/// With a marker TTL, KEYS[4] is a marker key: the message is enqueued only
+/// if the marker was not set yet (the outbox relay's idempotency).
+pub static PUBLISH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PRELUDE}{}",
+        r#"
+local now = server_now()
+local n = 0
+for i = 1, #ARGV, 6 do
+  local ttl = tonumber(ARGV[i + 5])
+  local fresh = true
+  if ttl > 0 then
+    fresh = redis.call('SET', KEYS[4], '1', 'NX', 'PX', ttl)
+  end
+  if fresh then
+    local fields = {'i', ARGV[i], 'k', ARGV[i + 1], 'p', ARGV[i + 2], 'h', ARGV[i + 3],
+                    't', tostring(now), 'a', '0', 'e', ''}
+    enqueue(KEYS[1], KEYS[2], KEYS[3], ARGV[i], fields, now + tonumber(ARGV[i + 4]), now)
+    n = n + 1
+  end
+end
+return n
+"#
+    ))
+});
+
+/// KEYS: stream, delayed, bodies. ARGV: group, consumer, lease ms, max,
+/// cursor. Moves due delayed messages into the stream, then claims entries
+/// whose lease (idle time) ran out. Returns {next cursor, {entry id, fields,
+/// delivery count}...}.
+pub static MAINTAIN: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PRELUDE}{}",
+        r#"
+local group, consumer, lease, max = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local now = server_now()
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
+for _, id in ipairs(due) do
+  local packed = redis.call('HGET', KEYS[3], id)
+  if packed then
+    redis.call('XADD', KEYS[1], '*', unpack(cmsgpack.unpack(packed)))
+    redis.call('HDEL', KEYS[3], id)
+  end
+  redis.call('ZREM', KEYS[2], id)
+end
+local claimed = redis.call('XAUTOCLAIM', KEYS[1], group, consumer, lease, ARGV[5], 'COUNT', max)
+local out = {}
+for _, e in ipairs(claimed[2]) do
+  if e[2] then
+    local p = redis.call('XPENDING', KEYS[1], group, e[1], e[1], 1)
+    local count = 1
+    if p[1] then count = tonumber(p[1][4]) end
+    table.insert(out, {e[1], e[2], count})
+  end
+end
+return {claimed[1], out}
+"#
+    ))
+});
+
+/// KEYS: the idempotency keys. ARGV: lease ms, then one message id per key.
+/// Returns per key 0 (acquired), 1 (already done) or 2 (busy).
+pub static CLAIM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local out = {}
+for j, k in ipairs(KEYS) do
+  local id = ARGV[j + 1]
+  local v = redis.call('GET', k)
+  if not v then
+    redis.call('SET', k, 'L:' .. id, 'PX', ARGV[1]); out[j] = 0
+  elseif string.sub(v, 1, 2) == 'D:' then
+    out[j] = 1
+  elseif v == 'L:' .. id then
+    redis.call('PEXPIRE', k, ARGV[1]); out[j] = 0
+  else
+    out[j] = 2
+  end
+end
+return out
+"#,
+    )
+});
+
+/// KEYS: stream, delayed, bodies, dead, counters, outbox, then the
+/// idempotency keys the ops refer to. ARGV: group, consumer, then ops, each
+/// `kind, entry, delivery count, key index (0 = none), message id, attempt`
+/// followed by:
+///   D (done):      retention ms, publish count, then 6 per publish:
+///                  queue, id, key, payload, headers, delay ms
+///   U (duplicate): nothing
+///   R (retry):     delay ms, error
+///   F (defer):     delay ms
+///   X (dead):      reason, error, version
+/// A retry, defer or dead whose lease was lost to another consumer is
+/// ignored; a done still records its key so that the other copy becomes a
+/// duplicate, and commits its publishes only if it was first.
+pub static SETTLE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PRELUDE}{}",
+        r#"
+local S, Z, H, D, C, O = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local group, consumer = ARGV[1], ARGV[2]
+local now = server_now()
+local function owned(entry, count)
+  local p = redis.call('XPENDING', S, group, entry, entry, 1)
+  return p[1] ~= nil and p[1][2] == consumer and tonumber(p[1][4]) == tonumber(count)
+end
+local function body(entry)
+  local r = redis.call('XRANGE', S, entry, entry)
+  if r[1] == nil then return nil end
+  return r[1][2]
+end
+local function remove(entry)
+  redis.call('XACK', S, group, entry)
+  redis.call('XDEL', S, entry)
+end
+local function release(key, id)
+  if key and redis.call('GET', key) == 'L:' .. id then redis.call('DEL', key) end
+end
+local i = 3
+while i <= #ARGV do
+  local kind, entry, count, kidx, id, attempt =
+    ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4], tonumber(ARGV[i + 5])
+  local key = nil
+  if kidx > 0 then key = KEYS[6 + kidx] end
+  i = i + 6
+  if kind == 'D' then
+    local retention, npub = ARGV[i], tonumber(ARGV[i + 1])
+    i = i + 2
+    local first
+    if key then
+      local v = redis.call('GET', key)
+      first = not (v and string.sub(v, 1, 2) == 'D:')
+      if first then redis.call('SET', key, 'D:' .. id, 'PX', retention) end
+    else
+      first = body(entry) ~= nil
+    end
+    remove(entry)
+    if first then
+      for p = 0, npub - 1 do
+        local b = i + p * 6
+        redis.call('XADD', O, '*', 'q', ARGV[b], 'i', ARGV[b + 1], 'k', ARGV[b + 2],
+                   'p', ARGV[b + 3], 'h', ARGV[b + 4], 'd', ARGV[b + 5])
+      end
+      redis.call('HINCRBY', C, 'done', 1)
+    else
+      redis.call('HINCRBY', C, 'duplicates', 1)
+    end
+    i = i + npub * 6
+  elseif kind == 'U' then
+    remove(entry)
+    redis.call('HINCRBY', C, 'duplicates', 1)
+  elseif kind == 'R' or kind == 'F' then
+    local delay = tonumber(ARGV[i])
+    local f = owned(entry, count) and body(entry)
+    if f then
+      if kind == 'R' then
+        set_field(f, 'a', tostring(attempt)); set_field(f, 'e', ARGV[i + 1])
+        redis.call('HINCRBY', C, 'retried', 1)
+      else
+        set_field(f, 'a', tostring(attempt - 1))
+      end
+      remove(entry)
+      enqueue(S, Z, H, id, f, now + delay, now)
+    end
+    release(key, id)
+    if kind == 'R' then i = i + 2 else i = i + 1 end
+  elseif kind == 'X' then
+    local f = owned(entry, count) and body(entry)
+    if f then
+      remove(entry)
+      set_field(f, 'e', ARGV[i + 1])
+      for _, kv in ipairs({{'r', ARGV[i]}, {'v', ARGV[i + 2]}, {'n', tostring(attempt)}, {'x', tostring(now)}}) do
+        set_field(f, kv[1], kv[2])
+      end
+      redis.call('XADD', D, '*', unpack(f))
+    end
+    release(key, id)
+    i = i + 3
+  else
+    return redis.error_reply('unknown settlement kind ' .. tostring(kind))
+  end
+end
+return 1
+"#
+    ))
+});
+
+/// KEYS: stream, delayed, bodies, dead, counters, outbox. ARGV: group.
+/// Returns {ready + in flight, in flight, delayed, dead, in outbox, counters}.
+pub static STATS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local pending = 0
+local ok, summary = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1])
+if ok and summary[1] then pending = tonumber(summary[1]) end
+return {redis.call('XLEN', KEYS[1]), pending, redis.call('ZCARD', KEYS[2]),
+        redis.call('XLEN', KEYS[4]), redis.call('XLEN', KEYS[6]), redis.call('HGETALL', KEYS[5])}
+"#,
+    )
+});
+
+/// KEYS: dead, stream. ARGV: ids to replay (all when none). Moves dead
+/// letters back to the stream with attempts reset. Returns how many moved.
+pub static REPLAY: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PRELUDE}{}",
+        r#"
+local wanted = {}
+for _, id in ipairs(ARGV) do wanted[id] = true end
+local moved = 0
+for _, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
+  local f = e[2]
+  local id = get_field(f, 'i')
+  if #ARGV == 0 or wanted[id] then
+    local back = {'i', id, 'k', get_field(f, 'k'), 'p', get_field(f, 'p'), 'h', get_field(f, 'h'),
+                  't', get_field(f, 't'), 'a', '0', 'e', get_field(f, 'e') or ''}
+    redis.call('XADD', KEYS[2], '*', unpack(back))
+    redis.call('XDEL', KEYS[1], e[1])
+    moved = moved + 1
+  end
+end
+return moved
+"#
+    ))
+});
+
+/// KEYS: dead. Deletes the queue's dead letters; returns how many.
+pub static PURGE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local n = redis.call('XLEN', KEYS[1])
+redis.call('DEL', KEYS[1])
+return n
+"#,
+    )
+});
