@@ -5,10 +5,48 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::broker::{Broker, ClaimState, KeyClaim, ReplaySelector, Settlement};
+use sluice::broker::{Broker, ClaimState, KeyClaim, QueueStats, ReplaySelector, Settlement};
 use sluice::message::{Delivery, NewMessage};
 
+use crate::redis_support::{RedisCluster, RedisServer};
+
 const LEASE: Duration = Duration::from_secs(30);
+/// A lease short enough to watch expire. A queue's consumers share one lease
+/// setting, so a test uses the same lease for every receive of a queue.
+const SHORT: Duration = Duration::from_millis(100);
+
+/// Receive from `queue` until `want` deliveries came, or fail after 5 s.
+/// Publishes held by a handler reach their queue with the ack on SQLite, and
+/// through the outbox relay shortly after it on Redis.
+async fn receive_n(b: &dyn Broker, queue: &str, want: usize) -> Vec<Delivery> {
+    let start = std::time::Instant::now();
+    let mut got = Vec::new();
+    while got.len() < want {
+        assert!(start.elapsed() < Duration::from_secs(5), "{queue}: got {} of {want}", got.len());
+        got.extend(b.receive(queue, 10, LEASE).await.unwrap());
+        if got.len() < want {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    // Nothing more arrives later.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    got.extend(b.receive(queue, 10, LEASE).await.unwrap());
+    assert_eq!(got.len(), want, "{queue}: more deliveries than expected");
+    got
+}
+
+/// Poll a queue's counts until `check` holds, or fail after 5 s.
+async fn stats_until(b: &dyn Broker, queue: &str, check: impl Fn(&QueueStats) -> bool) -> QueueStats {
+    let start = std::time::Instant::now();
+    loop {
+        let s = b.queue_stats(queue).await.unwrap();
+        if check(&s) {
+            return s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{queue}: {s:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
 
 fn msg(queue: &str, payload: &str) -> NewMessage {
     NewMessage::new(queue, payload.as_bytes().to_vec())
@@ -52,9 +90,9 @@ pub async fn receive_respects_batch_size(b: Arc<dyn Broker>) {
 
 pub async fn expired_lease_redelivers_and_counts_an_attempt(b: Arc<dyn Broker>) {
     b.publish(vec![msg("q", "x")]).await.unwrap();
-    let first = receive_one(&*b, "q", Duration::from_millis(100)).await;
+    let first = receive_one(&*b, "q", SHORT).await;
     tokio::time::sleep(Duration::from_millis(250)).await;
-    let again = receive_one(&*b, "q", LEASE).await;
+    let again = receive_one(&*b, "q", SHORT).await;
     assert_eq!(again.id, first.id);
     assert_eq!(again.attempt, 2);
     assert!(
@@ -88,10 +126,10 @@ pub async fn done_commits_publishes_with_the_ack(b: Arc<dyn Broker>) {
     }])
     .await
     .unwrap();
-    let s = b.queue_stats("q").await.unwrap();
-    assert_eq!((s.done, s.pending()), (1, 0));
-    assert_eq!(receive_one(&*b, "next", LEASE).await.payload, b"p1");
-    assert_eq!(b.queue_stats("later").await.unwrap().delayed, 1);
+    let s = stats_until(&*b, "q", |s| s.pending() == 0).await;
+    assert_eq!(s.done, 1);
+    assert_eq!(receive_n(&*b, "next", 1).await[0].payload, b"p1");
+    stats_until(&*b, "later", |s| s.delayed == 1).await;
 }
 
 pub async fn retry_waits_for_its_delay(b: Arc<dyn Broker>) {
@@ -252,9 +290,9 @@ pub async fn keys_acquire_busy_done_and_release(b: Arc<dyn Broker>) {
 
 pub async fn second_done_for_a_key_is_a_duplicate_without_publishes(b: Arc<dyn Broker>) {
     b.publish(vec![msg("q", "x")]).await.unwrap();
-    let first = receive_one(&*b, "q", Duration::from_millis(100)).await;
+    let first = receive_one(&*b, "q", SHORT).await;
     tokio::time::sleep(Duration::from_millis(250)).await;
-    let second = receive_one(&*b, "q", LEASE).await;
+    let second = receive_one(&*b, "q", SHORT).await;
     let key = Some(("k".to_string(), Duration::from_secs(60)));
     b.settle(vec![Settlement::Done {
         delivery: second,
@@ -271,10 +309,9 @@ pub async fn second_done_for_a_key_is_a_duplicate_without_publishes(b: Arc<dyn B
     }])
     .await
     .unwrap();
-    let s = b.queue_stats("q").await.unwrap();
-    assert_eq!((s.done, s.duplicates, s.pending()), (1, 1, 0));
-    let next = b.receive("next", 10, LEASE).await.unwrap();
-    assert_eq!(next.len(), 1);
+    let s = stats_until(&*b, "q", |s| s.pending() == 0).await;
+    assert_eq!((s.done, s.duplicates), (1, 1));
+    let next = receive_n(&*b, "next", 1).await;
     assert_eq!(next[0].payload, b"1");
 }
 
@@ -326,17 +363,32 @@ macro_rules! conformance {
         $(
             #[tokio::test]
             async fn $name() {
-                let (_guard, broker) = $make;
+                let (_guard, broker) = $make.await;
                 super::$name(broker).await;
             }
         )*
     };
 }
 
-fn sqlite() -> (tempfile::TempDir, Arc<dyn Broker>) {
+async fn sqlite() -> (tempfile::TempDir, Arc<dyn Broker>) {
     let dir = tempfile::tempdir().unwrap();
     let broker = sluice::broker::SqliteBroker::open(dir.path().join("broker.db")).unwrap();
     (dir, Arc::new(broker))
 }
 
+async fn redis() -> (RedisServer, Arc<dyn Broker>) {
+    let server = RedisServer::start();
+    let broker = sluice::broker::RedisBroker::connect(&server.url()).await.unwrap();
+    (server, Arc::new(broker))
+}
+
+async fn redis_cluster() -> (RedisCluster, Arc<dyn Broker>) {
+    let cluster = RedisCluster::start();
+    let broker = sluice::broker::RedisBroker::connect(&cluster.url()).await.unwrap();
+    assert!(broker.is_cluster(), "the broker uses a cluster-aware connection");
+    (cluster, Arc::new(broker))
+}
+
 conformance!(sqlite_broker, sqlite());
+conformance!(redis_broker, redis());
+conformance!(redis_cluster_broker, redis_cluster());

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use sluice::broker::Broker;
 use sluice::message::NewMessage;
 
 use crate::support::Env;
@@ -20,8 +19,7 @@ fn sigkill_mid_drain_loses_nothing_and_completes_each_once() {
         "orders",
         Some("lease = \"2s\"\nconcurrency = 4\nprefetch = 8\n[limits]\ntimeout = \"1s\"\n[config]\nfollowup_queue = \"shipping\"\nwork_ms = 1\n"),
     );
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let broker = env.broker();
+    let (rt, broker) = env.broker();
     rt.block_on(async {
         let batch = (0..MESSAGES)
             .map(|i| NewMessage::new("orders", format!(r#"{{"id": {i}, "qty": 1}}"#)))

@@ -13,5 +13,6 @@ mod conformance;
 mod crash;
 mod hostile;
 mod outcomes;
+mod redis_support;
 mod shutdown;
 mod support;

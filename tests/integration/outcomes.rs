@@ -1,4 +1,5 @@
-//! Each outcome a handler can return, end to end through `sluice run`.
+//! Each outcome a handler can return, end to end through the `sluice`
+//! binary, on every broker: the CLI must behave the same on each.
 
 use std::time::{Duration, Instant};
 
@@ -13,9 +14,7 @@ followup_queue = "shipping"
 retry_delay_ms = 10
 "#;
 
-#[test]
-fn done_acks_and_counts() {
-    let env = Env::new();
+fn done_acks_and_counts(env: Env) {
     env.deploy("hello", "hello", None);
     for i in 0..5 {
         env.send("hello", &format!("message {i}"), &[]);
@@ -29,9 +28,7 @@ fn done_acks_and_counts() {
     assert_eq!(lines_with(&log, "hello from sluice").len(), 5, "{log}");
 }
 
-#[test]
-fn retry_then_done_and_publish_arrives_on_other_queue() {
-    let env = Env::new();
+fn retry_then_done_and_publish_arrives_on_other_queue(env: Env) {
     env.deploy("orders", "orders", Some(ORDERS));
     env.send(
         "orders",
@@ -58,9 +55,7 @@ fn retry_then_done_and_publish_arrives_on_other_queue() {
     assert_eq!(shipped[0].header("order-id"), Some("41"));
 }
 
-#[test]
-fn retry_until_dead_keeps_attempts_and_error() {
-    let env = Env::new();
+fn retry_until_dead_keeps_attempts_and_error(env: Env) {
     env.deploy("orders", "orders", Some(ORDERS));
     let id = env.send("orders", r#"{"id": 1, "always_retry": true}"#, &[]);
     env.run_until_idle();
@@ -85,9 +80,7 @@ fn retry_until_dead_keeps_attempts_and_error() {
     );
 }
 
-#[test]
-fn reject_goes_to_dead_letters_at_once() {
-    let env = Env::new();
+fn reject_goes_to_dead_letters_at_once(env: Env) {
     env.deploy("orders", "orders", Some(ORDERS));
     let id = env.send("orders", "not json", &[]);
     env.run_until_idle();
@@ -109,9 +102,7 @@ fn reject_goes_to_dead_letters_at_once() {
     assert!(text.contains("payload:   not json"), "{text}");
 }
 
-#[test]
-fn replay_after_fixing_config_then_done_and_purge() {
-    let env = Env::new();
+fn replay_after_fixing_config_then_done_and_purge(env: Env) {
     // One attempt only: an order that needs two attempts dies.
     env.deploy(
         "orders",
@@ -145,9 +136,7 @@ fn replay_after_fixing_config_then_done_and_purge() {
     assert_eq!(env.count("orders", "dead"), 0);
 }
 
-#[test]
-fn duplicate_keys_are_not_handled_twice() {
-    let env = Env::new();
+fn duplicate_keys_are_not_handled_twice(env: Env) {
     env.deploy("orders", "orders", Some(ORDERS));
     env.send("orders", r#"{"id": 1}"#, &["--key", "order-1"]);
     env.send("orders", r#"{"id": 1}"#, &["--key", "order-1"]);
@@ -166,9 +155,7 @@ fn duplicate_keys_are_not_handled_twice() {
     );
 }
 
-#[test]
-fn idempotency_key_from_header_or_json_pointer() {
-    let env = Env::new();
+fn idempotency_key_from_header_or_json_pointer(env: Env) {
     env.deploy(
         "orders",
         "by_header",
@@ -216,9 +203,7 @@ fn idempotency_key_from_header_or_json_pointer() {
     );
 }
 
-#[test]
-fn idempotency_can_be_turned_off() {
-    let env = Env::new();
+fn idempotency_can_be_turned_off(env: Env) {
     env.deploy("hello", "hello", Some("[idempotency]\nenabled = false\n"));
     env.send("hello", "a", &["--key", "same"]);
     env.send("hello", "b", &["--key", "same"]);
@@ -227,9 +212,7 @@ fn idempotency_can_be_turned_off() {
     assert_eq!(env.count("hello", "duplicates"), 0);
 }
 
-#[test]
-fn delayed_message_is_not_delivered_early() {
-    let env = Env::new();
+fn delayed_message_is_not_delivered_early(env: Env) {
     env.deploy("hello", "hello", None);
     let sent = Instant::now();
     env.send("hello", "later", &["--delay", "2s"]);
@@ -253,9 +236,7 @@ fn delayed_message_is_not_delivered_early() {
     assert_eq!(lines_with(&log, "hello from sluice").len(), 1);
 }
 
-#[test]
-fn queue_without_handler_keeps_its_messages() {
-    let env = Env::new();
+fn queue_without_handler_keeps_its_messages(env: Env) {
     env.deploy("hello", "hello", None);
     env.send("nobody", "waiting", &[]);
     env.send("hello", "hi", &[]);
@@ -271,9 +252,7 @@ fn queue_without_handler_keeps_its_messages() {
     );
 }
 
-#[test]
-fn reuse_mode_handles_every_message() {
-    let env = Env::new();
+fn reuse_mode_handles_every_message(env: Env) {
     env.deploy(
         "hello",
         "hello",
@@ -286,3 +265,29 @@ fn reuse_mode_handles_every_message() {
     assert_eq!(env.count("hello", "done"), 20);
     assert_eq!(lines_with(&log, "hello from sluice").len(), 20);
 }
+
+/// Run each scenario on the embedded broker and on a Redis of its own.
+macro_rules! on_every_broker {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[test] fn $name() { super::$name(crate::support::Env::new()) } )*
+        }
+        mod redis {
+            $( #[test] fn $name() { super::$name(crate::support::Env::redis()) } )*
+        }
+    };
+}
+
+on_every_broker!(
+    done_acks_and_counts,
+    retry_then_done_and_publish_arrives_on_other_queue,
+    retry_until_dead_keeps_attempts_and_error,
+    reject_goes_to_dead_letters_at_once,
+    replay_after_fixing_config_then_done_and_purge,
+    duplicate_keys_are_not_handled_twice,
+    idempotency_key_from_header_or_json_pointer,
+    idempotency_can_be_turned_off,
+    delayed_message_is_not_delivered_early,
+    queue_without_handler_keeps_its_messages,
+    reuse_mode_handles_every_message,
+);

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::redis_support::{RedisCluster, RedisServer};
+
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -25,24 +27,53 @@ pub fn guest(name: &str) -> PathBuf {
     path
 }
 
-/// A scratch directory with a broker file and a handlers directory.
+/// The backend an [`Env`] runs on.
+pub enum Backend {
+    Sqlite,
+    Redis(RedisServer),
+    Cluster(RedisCluster),
+}
+
+/// A scratch directory with a broker and a handlers directory.
 pub struct Env {
     pub dir: tempfile::TempDir,
     pub handlers: PathBuf,
     pub db: PathBuf,
+    pub backend: Backend,
 }
 
 impl Env {
+    /// On the embedded SQLite broker.
     pub fn new() -> Self {
+        Self::on(Backend::Sqlite)
+    }
+
+    /// On a `redis-server` of its own.
+    pub fn redis() -> Self {
+        Self::on(Backend::Redis(RedisServer::start()))
+    }
+
+    pub fn on(backend: Backend) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let handlers = dir.path().join("handlers");
         std::fs::create_dir(&handlers).unwrap();
         let db = dir.path().join("sluice.db");
-        Env { dir, handlers, db }
+        Env { dir, handlers, db, backend }
     }
 
     pub fn broker_url(&self) -> String {
-        format!("sqlite://{}", self.db.display())
+        match &self.backend {
+            Backend::Sqlite => format!("sqlite://{}", self.db.display()),
+            Backend::Redis(server) => server.url(),
+            Backend::Cluster(cluster) => cluster.url(),
+        }
+    }
+
+    pub fn redis_server(&mut self) -> &mut RedisServer {
+        match &mut self.backend {
+            Backend::Redis(server) => server,
+            _ => panic!("this environment has no single redis-server"),
+        }
     }
 
     /// Deploy guest `guest_name` as handler `name`, with an optional sidecar.
@@ -143,29 +174,37 @@ impl Env {
             .collect()
     }
 
-    /// The library's broker on this environment's file.
-    pub fn broker(&self) -> sluice::broker::SqliteBroker {
-        sluice::broker::SqliteBroker::open(&self.db).unwrap()
+    /// The library's broker for this environment, with a runtime to drive it.
+    pub fn broker(&self) -> (tokio::runtime::Runtime, std::sync::Arc<dyn sluice::broker::Broker>) {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let broker = rt.block_on(sluice::broker::connect(&self.broker_url())).unwrap();
+        (rt, broker)
     }
 
     /// Every ready message of `queue`, leased for a minute.
     pub fn drain(&self, queue: &str) -> Vec<sluice::message::Delivery> {
-        use sluice::broker::Broker;
-        let broker = self.broker();
-        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (rt, broker) = self.broker();
         rt.block_on(async {
             let mut all = Vec::new();
-            loop {
-                let batch = broker
-                    .receive(queue, 1000, Duration::from_secs(60))
-                    .await
-                    .unwrap();
+            let mut empty_rounds = 0;
+            // Two empty reads in a row: a broker may hand out due messages a
+            // moment after they are due.
+            while empty_rounds < 2 {
+                let batch = broker.receive(queue, 1000, Duration::from_secs(60)).await.unwrap();
+                empty_rounds = if batch.is_empty() { empty_rounds + 1 } else { 0 };
                 if batch.is_empty() {
-                    return all;
+                    tokio::time::sleep(Duration::from_millis(120)).await;
                 }
                 all.extend(batch);
             }
+            all
         })
+    }
+
+    /// Publish `messages` through the library.
+    pub fn publish(&self, messages: Vec<sluice::message::NewMessage>) {
+        let (rt, broker) = self.broker();
+        rt.block_on(broker.publish(messages)).unwrap();
     }
 }
 

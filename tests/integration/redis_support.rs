@@ -1,0 +1,579 @@
+//! Real `redis-server` processes for tests of the Redis broker.
+//!
+//! Each test starts its own servers on free loopback ports, in its own
+//! temporary directories, so tests can run in parallel, kill a server in the
+//! middle of a run and bring it back with its data. The system Redis (if any)
+//! is never used. Checks go through `redis-cli` as a subprocess so the harness
+//! shares no client code with the broker it is testing.
+//!
+//! Every wait here has a deadline: a server that will not come up fails the
+//! test with the tail of its log instead of hanging the suite.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server gets to answer PING (and finish loading its AOF).
+const START_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a cluster gets from the first node starting to `cluster_state:ok`.
+const CLUSTER_DEADLINE: Duration = Duration::from_secs(30);
+/// How long one `redis-cli` command may take; a frozen server must not hang a test.
+const CLI_DEADLINE: Duration = Duration::from_secs(30);
+/// Attempts at starting on a fresh port when another process took ours first.
+const START_ATTEMPTS: usize = 5;
+/// Redis Cluster puts its node-to-node bus on the client port plus this.
+const CLUSTER_BUS_OFFSET: u16 = 10000;
+
+/// Fails the test with "redis-server not found: install it with `apt-get install redis-server` (scripts/test does this)" when missing.
+///
+/// A missing Redis is a broken test machine, not a reason to skip: a skipped
+/// broker test would pass silently and hide regressions.
+pub fn require_redis() -> PathBuf {
+    let server = find_on_path("redis-server").unwrap_or_else(|| {
+        panic!(
+            "redis-server not found: install it with `apt-get install redis-server` (scripts/test does this)"
+        )
+    });
+    redis_cli();
+    server
+}
+
+/// `redis-cli`, which the harness needs for every readiness check.
+fn redis_cli() -> PathBuf {
+    find_on_path("redis-cli").unwrap_or_else(|| {
+        panic!(
+            "redis-cli not found: install it with `apt-get install redis-server` (scripts/test does this)"
+        )
+    })
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| {
+            std::fs::metadata(candidate)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+}
+
+/// One `redis-server` child process that the test owns.
+///
+/// The data directory lives as long as the struct, across kills and
+/// restarts, so a restarted server finds its AOF and (for cluster nodes) its
+/// `nodes.conf` again.
+pub struct RedisServer {
+    port: u16,
+    // `Drop` kills the process before any field is dropped, so the directory
+    // is never removed under a live server.
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    args: Vec<String>,
+}
+
+impl RedisServer {
+    /// Persistence off (`--save "" --appendonly no`).
+    ///
+    /// Most tests want a throwaway server; writing snapshots would only cost
+    /// time and disk.
+    pub fn start() -> Self {
+        Self::start_with(&["--save", "", "--appendonly", "no"])
+    }
+
+    /// Extra `redis-server` arguments, e.g. &["--appendonly", "yes", "--appendfsync", "always"].
+    ///
+    /// The arguments replace the defaults of `start` rather than adding to
+    /// them, so a test that wants durability states exactly which kind.
+    /// With `--cluster-enabled yes` the port is also chosen so that the
+    /// cluster bus port (port + 10000) is free and valid.
+    pub fn start_with(args: &[&str]) -> Self {
+        let server = require_redis();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let cluster = cluster_enabled(&args);
+        let dir = tempfile::Builder::new()
+            .prefix("sluice-redis-")
+            .tempdir()
+            .expect("temp dir for redis-server");
+
+        // Free ports are found by binding port 0 and letting go, so another
+        // process can take the port before redis-server binds it. Such a
+        // server exits at once; try again on a new port.
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            let port = free_port(cluster);
+            let mut child = spawn(&server, port, dir.path(), &args);
+            match wait_ready(&mut child, port, START_DEADLINE) {
+                Ok(()) => {
+                    return RedisServer {
+                        port,
+                        dir,
+                        child: Some(child),
+                        args,
+                    };
+                }
+                Err(why) => {
+                    reap(&mut child);
+                    failures.push(format!("port {port}: {why}"));
+                }
+            }
+        }
+        panic!(
+            "redis-server {args:?} failed to start {START_ATTEMPTS} times:\n{}\n{}",
+            failures.join("\n"),
+            log_tail(dir.path())
+        );
+    }
+
+    /// Stays the same across `restart`, so it can be baked into configs.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// "redis://127.0.0.1:PORT", the form the broker's `--broker` flag takes.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL and wait; idempotent.
+    ///
+    /// SIGKILL rather than SHUTDOWN, because the point is to lose the server
+    /// the way a crash does: no final save, connections cut mid-command.
+    /// Waiting reaps the process so it leaves no zombie and the port is free.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            reap(&mut child);
+        }
+    }
+
+    /// Starts again on the same port, in the same directory, with the same
+    /// arguments, so clients configured with `url()` reconnect to it and an
+    /// AOF written before a kill is loaded back.
+    ///
+    /// A running server is killed first. Returns once PING answers PONG and
+    /// `INFO persistence` shows `loading:0`, so the data is all there. The
+    /// port cannot change, so if another process took it in the meantime this
+    /// retries briefly and then fails the test.
+    pub fn restart(&mut self) {
+        self.kill();
+        let server = require_redis();
+        let mut failures = Vec::new();
+        for attempt in 0..START_ATTEMPTS {
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            let mut child = spawn(&server, self.port, self.dir.path(), &self.args);
+            match wait_ready(&mut child, self.port, START_DEADLINE) {
+                Ok(()) => {
+                    self.child = Some(child);
+                    return;
+                }
+                Err(why) => {
+                    reap(&mut child);
+                    failures.push(why);
+                }
+            }
+        }
+        panic!(
+            "redis-server on port {} failed to restart {START_ATTEMPTS} times:\n{}\n{}",
+            self.port,
+            failures.join("\n"),
+            log_tail(self.dir.path())
+        );
+    }
+
+    /// Runs `redis-cli -p PORT ARGS` and returns its trimmed stdout; fails the
+    /// test with stderr when redis-cli exits non-zero (e.g. cannot connect).
+    ///
+    /// Options may come before the command, e.g. `&["-c", "SET", "k", "v"]`
+    /// to follow cluster redirects. An error reply is not a failure to
+    /// redis-cli: it comes back as text (`"ERR ..."`), so tests can assert on
+    /// expected errors.
+    pub fn cli(&self, args: &[&str]) -> String {
+        match cli_at(self.port, args) {
+            Ok(out) => out,
+            Err(why) => panic!(
+                "redis-cli -p {} {args:?} failed: {why}\n{}",
+                self.port,
+                log_tail(self.dir.path())
+            ),
+        }
+    }
+
+    /// `INFO SECTION`, with line endings made `\n` so tests can match lines.
+    pub fn info(&self, section: &str) -> String {
+        self.cli(&["INFO", section]).replace("\r\n", "\n")
+    }
+}
+
+impl Drop for RedisServer {
+    /// A test that panics still unwinds through here, so no server outlives
+    /// its test or keeps its port.
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A three-master Redis Cluster of real processes, for the broker's cluster
+/// mode (hash-tagged keys, MOVED redirects, a node going down).
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Three masters, no replicas: each node with `--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000 --save "" --appendonly no` in its own dir, joined with `redis-cli --cluster create 127.0.0.1:P1 127.0.0.1:P2 127.0.0.1:P3 --cluster-replicas 0 --cluster-yes`; waits until `CLUSTER INFO` on every node says cluster_state:ok (and all 16384 slots assigned), with a deadline of 30 s.
+    ///
+    /// Waiting on every node, not just the first, matters: a node that has
+    /// not yet heard the slot map answers CLUSTERDOWN, which would make the
+    /// first seconds of a test flaky.
+    pub fn start() -> Self {
+        let started = Instant::now();
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "5000",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+            })
+            .collect();
+
+        let mut create: Vec<String> = vec!["--cluster".into(), "create".into()];
+        create.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
+        create.extend(["--cluster-replicas", "0", "--cluster-yes"].map(String::from));
+        let remaining = CLUSTER_DEADLINE.saturating_sub(started.elapsed());
+        let create_refs: Vec<&str> = create.iter().map(String::as_str).collect();
+        let mut cmd = Command::new(redis_cli());
+        cmd.args(&create_refs);
+        match run_with_deadline(cmd, remaining) {
+            Ok((status, _, _)) if status.success() => {}
+            Ok((status, stdout, stderr)) => {
+                panic!("redis-cli {create:?} failed ({status}):\n{stdout}\n{stderr}")
+            }
+            Err(why) => panic!("redis-cli {create:?}: {why}"),
+        }
+
+        let cluster = RedisCluster { nodes };
+        loop {
+            let states: Vec<String> = cluster
+                .nodes
+                .iter()
+                .map(|n| {
+                    cli_at(n.port, &["CLUSTER", "INFO"])
+                        .unwrap_or_else(|why| why)
+                        .replace("\r\n", "\n")
+                })
+                .collect();
+            let ready = states.iter().all(|s| {
+                has_line(s, "cluster_state:ok")
+                    && has_line(s, "cluster_slots_assigned:16384")
+                    && has_line(s, "cluster_known_nodes:3")
+            });
+            if ready {
+                return cluster;
+            }
+            if started.elapsed() >= CLUSTER_DEADLINE {
+                let report: Vec<String> = cluster
+                    .nodes
+                    .iter()
+                    .zip(&states)
+                    .map(|(n, s)| {
+                        format!(
+                            "--- node {}: CLUSTER INFO\n{s}\n{}",
+                            n.port,
+                            log_tail(n.dir.path())
+                        )
+                    })
+                    .collect();
+                panic!(
+                    "cluster did not reach cluster_state:ok on every node within {CLUSTER_DEADLINE:?}\n{}",
+                    report.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// "redis://127.0.0.1:P1": one seed node is enough for a cluster client.
+    pub fn url(&self) -> String {
+        self.nodes[0].url()
+    }
+
+    /// Every node, for clients that take several seeds or tests that want to
+    /// reach a node other than the first.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+fn cluster_enabled(args: &[String]) -> bool {
+    args.windows(2)
+        .any(|w| w[0] == "--cluster-enabled" && w[1].eq_ignore_ascii_case("yes"))
+}
+
+fn has_line(text: &str, line: &str) -> bool {
+    text.lines().any(|l| l.trim() == line)
+}
+
+/// A loopback port nobody listens on right now; with `cluster`, one whose
+/// bus port (port + 10000) is also free and at most 65535. Ephemeral ports
+/// above 55535 have no valid bus port, so those are drawn again.
+fn free_port(cluster: bool) -> u16 {
+    for _ in 0..200 {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
+        let port = listener.local_addr().unwrap().port();
+        if !cluster {
+            return port;
+        }
+        let Some(bus) = port.checked_add(CLUSTER_BUS_OFFSET) else {
+            continue;
+        };
+        if TcpListener::bind(("127.0.0.1", bus)).is_ok() {
+            return port;
+        }
+    }
+    panic!("found no free loopback port with a free cluster bus port in 200 tries");
+}
+
+fn log_path(dir: &Path) -> PathBuf {
+    dir.join("redis.log")
+}
+
+/// Where redis-server's own stdout and stderr go. Normally empty, but
+/// errors in its arguments are reported there, before the log file is open.
+fn stdio_path(dir: &Path) -> PathBuf {
+    dir.join("redis-stdio.log")
+}
+
+/// The last 40 lines of a server's log and of its stdout/stderr: where
+/// redis-server says why it would not start (port in use, bad argument, AOF
+/// corrupt).
+fn log_tail(dir: &Path) -> String {
+    let tail = |path: &Path| match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(40)..].join("\n")
+        }
+        Err(e) => format!("(unreadable: {e})"),
+    };
+    let mut out = format!(
+        "--- tail of {}:\n{}",
+        log_path(dir).display(),
+        tail(&log_path(dir))
+    );
+    let stdio = stdio_path(dir);
+    if std::fs::metadata(&stdio).is_ok_and(|m| m.len() > 0) {
+        out += &format!("\n--- tail of {}:\n{}", stdio.display(), tail(&stdio));
+    }
+    out
+}
+
+fn spawn(server: &Path, port: u16, dir: &Path, args: &[String]) -> Child {
+    // A file, not a pipe: nobody reads a running server's output, and a full
+    // pipe would stall it.
+    let stdio = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(stdio_path(dir))
+        .expect("opening redis-server's stdout/stderr file");
+    Command::new(server)
+        .arg("--port")
+        .arg(port.to_string())
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--protected-mode",
+            "no",
+            "--daemonize",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(log_path(dir))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(stdio.try_clone().expect("duplicating a file handle"))
+        .stderr(stdio)
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {}: {e}", server.display()))
+}
+
+/// SIGKILL (what `Child::kill` sends on Unix) and reap.
+fn reap(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Waits until this child, not some other process that holds the port,
+/// answers PING and has finished loading its data.
+fn wait_ready(child: &mut Child, port: u16, limit: Duration) -> Result<(), String> {
+    let started = Instant::now();
+    let pid = child.id().to_string();
+    loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            return Err(format!(
+                "redis-server exited with {status} before answering PING"
+            ));
+        }
+        if cli_at(port, &["PING"]).as_deref() == Ok("PONG") {
+            let server = cli_at(port, &["INFO", "server"]).unwrap_or_default();
+            let ours = server
+                .lines()
+                .any(|l| l.trim() == format!("process_id:{pid}"));
+            if ours {
+                let persistence = cli_at(port, &["INFO", "persistence"]).unwrap_or_default();
+                if has_line(&persistence.replace("\r\n", "\n"), "loading:0") {
+                    return Ok(());
+                }
+            }
+            // Another process answering: ours will fail to bind and exit,
+            // which the `try_wait` above reports on the next round.
+        }
+        if started.elapsed() >= limit {
+            return Err(format!(
+                "redis-server (pid {pid}) did not answer PING with PONG and loading:0 within {limit:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// `redis-cli -h 127.0.0.1 -p PORT ARGS`: trimmed stdout, or why it failed.
+fn cli_at(port: u16, args: &[&str]) -> Result<String, String> {
+    let mut cmd = Command::new(redis_cli());
+    cmd.args(["-h", "127.0.0.1", "-p"])
+        .arg(port.to_string())
+        .args(args);
+    let (status, stdout, stderr) = run_with_deadline(cmd, CLI_DEADLINE)?;
+    if status.success() {
+        Ok(stdout.trim().to_string())
+    } else {
+        Err(format!(
+            "exit {status}; stderr: {}; stdout: {}",
+            stderr.trim(),
+            stdout.trim()
+        ))
+    }
+}
+
+/// Runs a command to completion or kills it at the deadline. Output is read
+/// on threads so a chatty command cannot block on a full pipe.
+fn run_with_deadline(
+    mut cmd: Command,
+    limit: Duration,
+) -> Result<(ExitStatus, String, String), String> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| format!("spawning {cmd:?}: {e}"))?;
+    let read = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = read(Box::new(child.stdout.take().unwrap()));
+    let err = read(Box::new(child.stderr.take().unwrap()));
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < limit => std::thread::sleep(Duration::from_millis(5)),
+            Ok(None) => {
+                reap(&mut child);
+                return Err(format!("{cmd:?} did not finish within {limit:?}"));
+            }
+            Err(e) => {
+                reap(&mut child);
+                return Err(format!("waiting for {cmd:?}: {e}"));
+            }
+        }
+    };
+    Ok((status, out.join().unwrap(), err.join().unwrap()))
+}
+
+#[test]
+fn redis_server_starts_restarts_and_keeps_aof_data() {
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let port = server.port();
+    assert_eq!(server.url(), format!("redis://127.0.0.1:{port}"));
+    assert_eq!(server.cli(&["SET", "k", "v"]), "OK");
+
+    server.kill();
+    server.kill(); // idempotent
+    assert!(
+        cli_at(port, &["PING"]).is_err(),
+        "a killed server must not answer"
+    );
+
+    server.restart();
+    assert_eq!(server.port(), port);
+    assert!(has_line(&server.info("persistence"), "aof_enabled:1"));
+    assert_eq!(server.cli(&["GET", "k"]), "v");
+}
+
+#[test]
+fn redis_cluster_forms_with_three_masters() {
+    let started = Instant::now();
+    let cluster = RedisCluster::start();
+    eprintln!("cluster formed in {:?}", started.elapsed());
+    assert_eq!(cluster.nodes.len(), 3);
+    assert_eq!(cluster.url(), cluster.nodes[0].url());
+    assert_eq!(cluster.urls().len(), 3);
+
+    let info = cluster.nodes[0]
+        .cli(&["CLUSTER", "INFO"])
+        .replace("\r\n", "\n");
+    assert!(has_line(&info, "cluster_state:ok"), "{info}");
+    assert!(has_line(&info, "cluster_size:3"), "{info}");
+
+    // Several keys, so at least one lives on a node other than the one asked
+    // and the redirect path is exercised.
+    for i in 0..10 {
+        let key = format!("key-{i}");
+        let value = format!("value-{i}");
+        assert_eq!(cluster.nodes[0].cli(&["-c", "SET", &key, &value]), "OK");
+        assert_eq!(cluster.nodes[1].cli(&["-c", "GET", &key]), value);
+    }
+}
+
+#[test]
+fn redis_server_start_has_persistence_off_and_drop_kills_it() {
+    let server = RedisServer::start();
+    let port = server.port();
+    assert_eq!(
+        server.cli(&["CONFIG", "GET", "appendonly"]),
+        "appendonly\nno"
+    );
+    assert_eq!(server.cli(&["CONFIG", "GET", "save"]), "save");
+    assert!(has_line(&server.info("persistence"), "loading:0"));
+    drop(server);
+    assert!(
+        cli_at(port, &["PING"]).is_err(),
+        "a dropped server must not answer"
+    );
+}
+
+#[test]
+fn zz_scratch_bad_arg() {
+    let _s = RedisServer::start_with(&["--no-such-option", "x"]);
+}
+#[test]
+fn zz_scratch_restart_port_taken() {
+    let mut s = RedisServer::start();
+    s.kill();
+    let _l = TcpListener::bind(("127.0.0.1", s.port())).unwrap();
+    s.restart();
+}
