@@ -13,6 +13,7 @@ mod conformance;
 mod crash;
 mod hostile;
 mod outcomes;
+mod redis;
 mod redis_support;
 mod shutdown;
 mod support;

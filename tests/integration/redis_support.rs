@@ -565,15 +565,3 @@ fn redis_server_start_has_persistence_off_and_drop_kills_it() {
         "a dropped server must not answer"
     );
 }
-
-#[test]
-fn zz_scratch_bad_arg() {
-    let _s = RedisServer::start_with(&["--no-such-option", "x"]);
-}
-#[test]
-fn zz_scratch_restart_port_taken() {
-    let mut s = RedisServer::start();
-    s.kill();
-    let _l = TcpListener::bind(("127.0.0.1", s.port())).unwrap();
-    s.restart();
-}
