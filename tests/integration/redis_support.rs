@@ -21,6 +21,10 @@ const START_DEADLINE: Duration = Duration::from_secs(10);
 const CLUSTER_DEADLINE: Duration = Duration::from_secs(30);
 /// How long one `redis-cli` command may take; a frozen server must not hang a test.
 const CLI_DEADLINE: Duration = Duration::from_secs(30);
+/// How long one readiness probe may take. Short, because a process that
+/// holds the port but never answers (not ours) would otherwise eat the whole
+/// start deadline in one probe.
+const PROBE_DEADLINE: Duration = Duration::from_secs(1);
 /// Attempts at starting on a fresh port when another process took ours first.
 const START_ATTEMPTS: usize = 5;
 /// Redis Cluster puts its node-to-node bus on the client port plus this.
@@ -101,11 +105,14 @@ impl RedisServer {
 
         // Free ports are found by binding port 0 and letting go, so another
         // process can take the port before redis-server binds it. Such a
-        // server exits at once; try again on a new port.
+        // server exits at once; try again on a new port. Any other failure
+        // (a bad argument, say) would fail the same way again, so it ends
+        // the test at once.
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
             let port = free_port(cluster);
             let mut child = spawn(&server, port, dir.path(), &args);
+            let pid = child.id();
             match wait_ready(&mut child, port, START_DEADLINE) {
                 Ok(()) => {
                     return RedisServer {
@@ -118,11 +125,15 @@ impl RedisServer {
                 Err(why) => {
                     reap(&mut child);
                     failures.push(format!("port {port}: {why}"));
+                    if !port_clash(dir.path(), pid) {
+                        break;
+                    }
                 }
             }
         }
         panic!(
-            "redis-server {args:?} failed to start {START_ATTEMPTS} times:\n{}\n{}",
+            "redis-server {args:?} failed to start ({} attempts):\n{}\n{}",
+            failures.len(),
             failures.join("\n"),
             log_tail(dir.path())
         );
@@ -163,7 +174,7 @@ impl RedisServer {
         let mut failures = Vec::new();
         for attempt in 0..START_ATTEMPTS {
             if attempt > 0 {
-                std::thread::sleep(Duration::from_millis(200));
+                std::thread::sleep(Duration::from_millis(500));
             }
             let mut child = spawn(&server, self.port, self.dir.path(), &self.args);
             match wait_ready(&mut child, self.port, START_DEADLINE) {
@@ -269,7 +280,7 @@ impl RedisCluster {
                 .nodes
                 .iter()
                 .map(|n| {
-                    cli_at(n.port, &["CLUSTER", "INFO"])
+                    probe(n.port, &["CLUSTER", "INFO"])
                         .unwrap_or_else(|why| why)
                         .replace("\r\n", "\n")
                 })
@@ -349,6 +360,15 @@ fn log_path(dir: &Path) -> PathBuf {
     dir.join("redis.log")
 }
 
+/// Whether process `pid` logged that its port (or cluster bus port) was taken.
+fn port_clash(dir: &Path, pid: u32) -> bool {
+    let prefix = format!("{pid}:");
+    std::fs::read_to_string(log_path(dir)).is_ok_and(|log| {
+        log.lines()
+            .any(|l| l.starts_with(&prefix) && l.contains("Address already in use"))
+    })
+}
+
 /// Where redis-server's own stdout and stderr go. Normally empty, but
 /// errors in its arguments are reported there, before the log file is open.
 fn stdio_path(dir: &Path) -> PathBuf {
@@ -426,13 +446,13 @@ fn wait_ready(child: &mut Child, port: u16, limit: Duration) -> Result<(), Strin
                 "redis-server exited with {status} before answering PING"
             ));
         }
-        if cli_at(port, &["PING"]).as_deref() == Ok("PONG") {
-            let server = cli_at(port, &["INFO", "server"]).unwrap_or_default();
+        if probe(port, &["PING"]).as_deref() == Ok("PONG") {
+            let server = probe(port, &["INFO", "server"]).unwrap_or_default();
             let ours = server
                 .lines()
                 .any(|l| l.trim() == format!("process_id:{pid}"));
             if ours {
-                let persistence = cli_at(port, &["INFO", "persistence"]).unwrap_or_default();
+                let persistence = probe(port, &["INFO", "persistence"]).unwrap_or_default();
                 if has_line(&persistence.replace("\r\n", "\n"), "loading:0") {
                     return Ok(());
                 }
@@ -451,11 +471,19 @@ fn wait_ready(child: &mut Child, port: u16, limit: Duration) -> Result<(), Strin
 
 /// `redis-cli -h 127.0.0.1 -p PORT ARGS`: trimmed stdout, or why it failed.
 fn cli_at(port: u16, args: &[&str]) -> Result<String, String> {
+    cli_within(port, args, CLI_DEADLINE)
+}
+
+fn probe(port: u16, args: &[&str]) -> Result<String, String> {
+    cli_within(port, args, PROBE_DEADLINE)
+}
+
+fn cli_within(port: u16, args: &[&str], limit: Duration) -> Result<String, String> {
     let mut cmd = Command::new(redis_cli());
     cmd.args(["-h", "127.0.0.1", "-p"])
         .arg(port.to_string())
         .args(args);
-    let (status, stdout, stderr) = run_with_deadline(cmd, CLI_DEADLINE)?;
+    let (status, stdout, stderr) = run_with_deadline(cmd, limit)?;
     if status.success() {
         Ok(stdout.trim().to_string())
     } else {
@@ -514,7 +542,7 @@ fn redis_server_starts_restarts_and_keeps_aof_data() {
     server.kill();
     server.kill(); // idempotent
     assert!(
-        cli_at(port, &["PING"]).is_err(),
+        probe(port, &["PING"]).is_err(),
         "a killed server must not answer"
     );
 
@@ -561,7 +589,7 @@ fn redis_server_start_has_persistence_off_and_drop_kills_it() {
     assert!(has_line(&server.info("persistence"), "loading:0"));
     drop(server);
     assert!(
-        cli_at(port, &["PING"]).is_err(),
+        probe(port, &["PING"]).is_err(),
         "a dropped server must not answer"
     );
 }

@@ -113,15 +113,19 @@ pub static CLAIM: LazyLock<Script> = LazyLock::new(|| {
 local out = {}
 for j, k in ipairs(KEYS) do
   local id = ARGV[j + 1]
-  local v = redis.call('GET', k)
-  if not v then
-    redis.call('SET', k, 'L:' .. id, 'PX', ARGV[1]); out[j] = 0
-  elseif string.sub(v, 1, 2) == 'D:' then
-    out[j] = 1
-  elseif v == 'L:' .. id then
-    redis.call('PEXPIRE', k, ARGV[1]); out[j] = 0
+  if redis.call('SET', k, 'L:' .. id, 'NX', 'PX', ARGV[1]) then
+    out[j] = 0
   else
-    out[j] = 2
+    local v = redis.call('GET', k)
+    if not v then
+      redis.call('SET', k, 'L:' .. id, 'PX', ARGV[1]); out[j] = 0
+    elseif string.sub(v, 1, 2) == 'D:' then
+      out[j] = 1
+    elseif v == 'L:' .. id then
+      redis.call('PEXPIRE', k, ARGV[1]); out[j] = 0
+    else
+      out[j] = 2
+    end
   end
 end
 return out
@@ -149,21 +153,28 @@ pub static SETTLE: LazyLock<Script> = LazyLock::new(|| {
 local S, Z, H, D, C, O = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local group, consumer = ARGV[1], ARGV[2]
 local now = server_now()
-local function owned(entry, count)
-  local p = redis.call('XPENDING', S, group, entry, entry, 1)
-  return p[1] ~= nil and p[1][2] == consumer and tonumber(p[1][4]) == tonumber(count)
-end
+-- Removals and counter updates are collected and applied once per batch.
+local removed, removed_list = {}, {}
+local counts = {done = 0, duplicates = 0, retried = 0}
 local function body(entry)
+  if removed[entry] then return nil end
   local r = redis.call('XRANGE', S, entry, entry)
   if r[1] == nil then return nil end
   return r[1][2]
 end
 local function remove(entry)
-  redis.call('XACK', S, group, entry)
-  redis.call('XDEL', S, entry)
+  if not removed[entry] then
+    removed[entry] = true
+    table.insert(removed_list, entry)
+  end
 end
 local function release(key, id)
   if key and redis.call('GET', key) == 'L:' .. id then redis.call('DEL', key) end
+end
+local function owned(entry, count)
+  if removed[entry] then return false end
+  local p = redis.call('XPENDING', S, group, entry, entry, 1)
+  return p[1] ~= nil and p[1][2] == consumer and tonumber(p[1][4]) == tonumber(count)
 end
 local i = 3
 while i <= #ARGV do
@@ -177,9 +188,9 @@ while i <= #ARGV do
     i = i + 2
     local first
     if key then
-      local v = redis.call('GET', key)
-      first = not (v and string.sub(v, 1, 2) == 'D:')
-      if first then redis.call('SET', key, 'D:' .. id, 'PX', retention) end
+      -- One SET that also returns what was there before.
+      local before = redis.call('SET', key, 'D:' .. id, 'PX', retention, 'GET')
+      first = not (before and string.sub(before, 1, 2) == 'D:')
     else
       first = body(entry) ~= nil
     end
@@ -190,21 +201,21 @@ while i <= #ARGV do
         redis.call('XADD', O, '*', 'q', ARGV[b], 'i', ARGV[b + 1], 'k', ARGV[b + 2],
                    'p', ARGV[b + 3], 'h', ARGV[b + 4], 'd', ARGV[b + 5])
       end
-      redis.call('HINCRBY', C, 'done', 1)
+      counts.done = counts.done + 1
     else
-      redis.call('HINCRBY', C, 'duplicates', 1)
+      counts.duplicates = counts.duplicates + 1
     end
     i = i + npub * 6
   elseif kind == 'U' then
     remove(entry)
-    redis.call('HINCRBY', C, 'duplicates', 1)
+    counts.duplicates = counts.duplicates + 1
   elseif kind == 'R' or kind == 'F' then
     local delay = tonumber(ARGV[i])
     local f = owned(entry, count) and body(entry)
     if f then
       if kind == 'R' then
         set_field(f, 'a', tostring(attempt)); set_field(f, 'e', ARGV[i + 1])
-        redis.call('HINCRBY', C, 'retried', 1)
+        counts.retried = counts.retried + 1
       else
         set_field(f, 'a', tostring(attempt - 1))
       end
@@ -228,6 +239,14 @@ while i <= #ARGV do
   else
     return redis.error_reply('unknown settlement kind ' .. tostring(kind))
   end
+end
+for from = 1, #removed_list, 1000 do
+  local to = math.min(from + 999, #removed_list)
+  redis.call('XACK', S, group, unpack(removed_list, from, to))
+  redis.call('XDEL', S, unpack(removed_list, from, to))
+end
+for name, n in pairs(counts) do
+  if n > 0 then redis.call('HINCRBY', C, name, n) end
 end
 return 1
 "#
