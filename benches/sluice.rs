@@ -263,14 +263,27 @@ impl Drop for RedisProcess {
     }
 }
 
+/// The handler settings of the drains: the defaults, unless
+/// `SLUICE_BENCH_PREFETCH` / `SLUICE_BENCH_CONCURRENCY` say otherwise.
+fn tuned(mut spec: HandlerSpec) -> HandlerSpec {
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+    if let Some(c) = var("SLUICE_BENCH_CONCURRENCY") {
+        spec.concurrency = c;
+    }
+    if let Some(p) = var("SLUICE_BENCH_PREFETCH") {
+        spec.prefetch = p;
+    }
+    spec
+}
+
 /// Native, `hello` fresh and `hello` reuse over one broker kind.
 async fn drains(runtime: &Runtime, name: &str, n: usize, mut fresh_broker: impl AsyncFnMut() -> Arc<dyn Broker>) {
-    let spec = load(runtime, "hello", InstanceMode::Fresh).spec.clone();
+    let spec = tuned(load(runtime, "hello", InstanceMode::Fresh).spec.clone());
     let native = drain(&format!("{name} native no-op"), fresh_broker().await, Arc::new(NativeNoop), spec, n).await;
     let mut rates = Vec::new();
     for mode in [InstanceMode::Fresh, InstanceMode::Reuse] {
         let handler = Arc::new(load(runtime, "hello", mode));
-        let spec = handler.spec.clone();
+        let spec = tuned(handler.spec.clone());
         let label = format!("{name} hello {}", format!("{mode:?}").to_lowercase());
         rates.push((label.clone(), drain(&label, fresh_broker().await, handler, spec, n).await));
     }
