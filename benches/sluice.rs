@@ -47,7 +47,12 @@ fn args() -> Args {
                     .and_then(|v| v.parse().ok())
                     .expect("--messages N")
             }
-            "--redis-messages" => a.redis_messages = it.next().and_then(|v| v.parse().ok()).expect("--redis-messages N"),
+            "--redis-messages" => {
+                a.redis_messages = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--redis-messages N")
+            }
             "--calls" => a.calls = it.next().and_then(|v| v.parse().ok()).expect("--calls N"),
             "--only" => a.only = it.next(),
             _ => {} // cargo passes --bench
@@ -69,8 +74,15 @@ fn guest(name: &str) -> PathBuf {
 }
 
 fn load(runtime: &Runtime, name: &str, mode: InstanceMode) -> Handler {
-    let mut handler = sluice::registry::load_file(runtime, &guest(name), DEFAULT_MAX_MESSAGE_SIZE)
-        .expect("loading guest");
+    let cache = sluice::cache::CompileCache::new(runtime, None);
+    let mut handler = sluice::registry::load_file(
+        runtime,
+        &cache,
+        name,
+        &guest(name),
+        DEFAULT_MAX_MESSAGE_SIZE,
+    )
+    .expect("loading guest");
     handler.spec.instance_mode = mode;
     handler.spec.max_messages_per_instance = u32::MAX;
     handler
@@ -142,10 +154,19 @@ impl Dispatch for NativeNoop {
 
 /// Preload `n` messages of 100 bytes into `broker`, then time one worker
 /// draining them. Returns messages per second.
-async fn drain(label: &str, broker: Arc<dyn Broker>, dispatch: Arc<dyn Dispatch>, spec: HandlerSpec, n: usize) -> f64 {
+async fn drain(
+    label: &str,
+    broker: Arc<dyn Broker>,
+    dispatch: Arc<dyn Dispatch>,
+    spec: HandlerSpec,
+    n: usize,
+) -> f64 {
     let payload = vec![b'x'; 100];
     for chunk in (0..n).collect::<Vec<_>>().chunks(5000) {
-        let batch = chunk.iter().map(|_| NewMessage::new("hello", payload.clone())).collect();
+        let batch = chunk
+            .iter()
+            .map(|_| NewMessage::new("hello", payload.clone()))
+            .collect();
         broker.publish(batch).await.unwrap();
     }
     let before = redis_commands(&broker_url_of(&broker)).await;
@@ -162,13 +183,22 @@ async fn drain(label: &str, broker: Arc<dyn Broker>, dispatch: Arc<dyn Dispatch>
     let _ = stop_tx.send(true);
     task.await.unwrap();
     let q = broker.queue_stats("hello").await.unwrap();
-    assert_eq!((q.done, q.pending()), (n as u64, 0), "{label}: every message done");
+    assert_eq!(
+        (q.done, q.pending()),
+        (n as u64, 0),
+        "{label}: every message done"
+    );
     let rate = n as f64 / elapsed.as_secs_f64();
-    let mut line = format!("drain   {label:<28} {rate:>9.0} msg/s   ({n} messages in {:.2} s)", elapsed.as_secs_f64());
+    let mut line = format!(
+        "drain   {label:<28} {rate:>9.0} msg/s   ({n} messages in {:.2} s)",
+        elapsed.as_secs_f64()
+    );
     if let (Some(before), Some(after)) = (before, redis_commands(&broker_url_of(&broker)).await) {
         let top = (after.0 - before.0) as f64 / n as f64;
         let all = (after.1 - before.1) as f64 / n as f64;
-        line += &format!("   redis commands/msg: {top:.3} sent by sluice, {all:.2} counting those inside scripts");
+        line += &format!(
+            "   redis commands/msg: {top:.3} sent by sluice, {all:.2} counting those inside scripts"
+        );
     }
     if let (Some(a), Some(b)) = (cpu_before, redis_cpu(&broker_url_of(&broker)).await) {
         line += &format!(", redis-server CPU {:.1} µs/msg", (b - a) * 1e6 / n as f64);
@@ -189,9 +219,14 @@ fn broker_url_of(_: &Arc<dyn Broker>) -> Option<String> {
 async fn redis_cpu(url: &Option<String>) -> Option<f64> {
     let client = redis::Client::open(url.as_ref()?.as_str()).ok()?;
     let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-    let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut conn).await.ok()?;
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut conn)
+        .await
+        .ok()?;
     let field = |name: &str| -> Option<f64> {
-        info.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
     };
     Some(field("used_cpu_sys")? + field("used_cpu_user")?)
 }
@@ -205,16 +240,39 @@ async fn redis_commands(url: &Option<String>) -> Option<(u64, u64)> {
     let url = url.as_ref()?;
     let client = redis::Client::open(url.as_str()).ok()?;
     let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await.ok()?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .ok()?;
     let (mut top, mut all) = (0, 0);
     for line in info.lines() {
-        let Some(rest) = line.strip_prefix("cmdstat_") else { continue };
+        let Some(rest) = line.strip_prefix("cmdstat_") else {
+            continue;
+        };
         let (name, fields) = rest.split_once(':')?;
-        let calls: u64 = fields.split(',').find_map(|f| f.strip_prefix("calls="))?.parse().ok()?;
+        let calls: u64 = fields
+            .split(',')
+            .find_map(|f| f.strip_prefix("calls="))?
+            .parse()
+            .ok()?;
         all += calls;
 
         // What sluice sends itself; everything else runs inside its scripts.
-        if matches!(name, "evalsha" | "eval" | "xreadgroup" | "script|load" | "sadd" | "xgroup|create" | "info" | "smembers" | "ping" | "client|setinfo" | "hello") {
+        if matches!(
+            name,
+            "evalsha"
+                | "eval"
+                | "xreadgroup"
+                | "script|load"
+                | "sadd"
+                | "xgroup|create"
+                | "info"
+                | "smembers"
+                | "ping"
+                | "client|setinfo"
+                | "hello"
+        ) {
             top += calls;
         }
     }
@@ -230,10 +288,23 @@ struct RedisProcess {
 
 impl RedisProcess {
     fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let dir = tempfile::tempdir().unwrap();
         let child = std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .arg("--dir")
             .arg(dir.path())
             .stdout(std::process::Stdio::null())
@@ -246,7 +317,11 @@ impl RedisProcess {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        RedisProcess { child, url, _dir: dir }
+        RedisProcess {
+            child,
+            url,
+            _dir: dir,
+        }
     }
 
     async fn flush(&self) {
@@ -277,15 +352,30 @@ fn tuned(mut spec: HandlerSpec) -> HandlerSpec {
 }
 
 /// Native, `hello` fresh and `hello` reuse over one broker kind.
-async fn drains(runtime: &Runtime, name: &str, n: usize, mut fresh_broker: impl AsyncFnMut() -> Arc<dyn Broker>) {
+async fn drains(
+    runtime: &Runtime,
+    name: &str,
+    n: usize,
+    mut fresh_broker: impl AsyncFnMut() -> Arc<dyn Broker>,
+) {
     let spec = tuned(load(runtime, "hello", InstanceMode::Fresh).spec.clone());
-    let native = drain(&format!("{name} native no-op"), fresh_broker().await, Arc::new(NativeNoop), spec, n).await;
+    let native = drain(
+        &format!("{name} native no-op"),
+        fresh_broker().await,
+        Arc::new(NativeNoop),
+        spec,
+        n,
+    )
+    .await;
     let mut rates = Vec::new();
     for mode in [InstanceMode::Fresh, InstanceMode::Reuse] {
         let handler = Arc::new(load(runtime, "hello", mode));
         let spec = tuned(handler.spec.clone());
         let label = format!("{name} hello {}", format!("{mode:?}").to_lowercase());
-        rates.push((label.clone(), drain(&label, fresh_broker().await, handler, spec, n).await));
+        rates.push((
+            label.clone(),
+            drain(&label, fresh_broker().await, handler, spec, n).await,
+        ));
     }
     for (label, rate) in rates {
         println!("ratio   {label:<28} {:>9.2} × native", rate / native);

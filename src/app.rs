@@ -1,4 +1,5 @@
-//! `sluice run`: load the handlers, serve their queues, stop cleanly.
+//! `sluice run`: load the handlers, serve their queues, follow changes to
+//! the handlers directory, stop cleanly.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -7,12 +8,12 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Result;
-use tokio::sync::watch;
 
 use crate::broker::Broker;
-use crate::registry;
+use crate::cache::CompileCache;
+use crate::registry::Registry;
+use crate::reload::{DirWatcher, RESCAN};
 use crate::runtime::Runtime;
-use crate::worker::{QueueWorker, WorkerStats};
 
 /// How `run` behaves.
 #[derive(Clone, Debug)]
@@ -23,6 +24,10 @@ pub struct RunOptions {
     /// How long in-flight calls may finish after a stop.
     pub grace: Duration,
     pub max_message_size: u64,
+    /// Where compiled components are cached; `None` keeps them in memory only.
+    pub cache_dir: Option<PathBuf>,
+    /// Follow changes to the handlers directory.
+    pub watch: bool,
 }
 
 /// Serve every handler in `options.handlers` until `shutdown` resolves (or
@@ -33,46 +38,63 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
     let runtime = Runtime::new()?;
-    let dir = options.handlers.clone();
-    let rt = runtime.clone();
-    let max = options.max_message_size;
-    let loaded = tokio::task::spawn_blocking(move || registry::load_dir(&rt, &dir, max)).await??;
-    if loaded.handlers.is_empty() {
+    let cache = CompileCache::new(&runtime, options.cache_dir.clone());
+    let registry = Arc::new(Registry::new(
+        runtime,
+        broker.clone(),
+        cache,
+        options.handlers.clone(),
+        options.max_message_size,
+    ));
+    // Watch before the first scan, so nothing that changes in between is missed.
+    let mut watcher = if options.watch {
+        Some(DirWatcher::start(&options.handlers)?)
+    } else {
+        None
+    };
+    let names = registry.scan()?;
+    for name in &names {
+        registry.apply(name).await;
+    }
+    if registry.workers().await.is_empty() {
         tracing::warn!(
             dir = %options.handlers.display(),
             "no handlers loaded; messages wait in their queues until a handler for them is deployed"
         );
     }
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut tasks = Vec::new();
-    let mut watched: Vec<(String, Arc<WorkerStats>)> = Vec::new();
-    for (queue, handler) in &loaded.handlers {
-        let worker = QueueWorker::new(broker.clone(), handler.clone(), handler.spec.clone());
-        watched.push((queue.clone(), worker.stats.clone()));
-        tasks.push(tokio::spawn(worker.serve(stop_rx.clone(), options.grace)));
-    }
-    let idle = wait_idle(broker.clone(), watched, options.until_idle);
+    let follow = async {
+        let Some(watcher) = watcher.as_mut() else {
+            return std::future::pending().await;
+        };
+        loop {
+            let mut names = watcher.changed().await;
+            if names.iter().any(|n| n == RESCAN) {
+                names = registry.scan().unwrap_or_default();
+                names.extend(registry.statuses().await.into_iter().map(|s| s.handler));
+                names.sort();
+                names.dedup();
+            }
+            for name in names {
+                registry.apply(&name).await;
+            }
+        }
+    };
+    let idle = wait_idle(broker.clone(), registry.clone(), options.until_idle);
     tokio::select! {
         _ = shutdown => tracing::info!("stopping: finishing messages in flight (up to {:?})", options.grace),
         r = idle => {
             r?;
             tracing::info!("all bound queues are idle; exiting");
         }
+        _ = follow => {}
     }
-    let _ = stop_tx.send(true);
-    for task in tasks {
-        let _ = task.await;
-    }
+    registry.stop_all(options.grace).await;
     Ok(())
 }
 
-/// Resolves when every watched queue is idle twice in a row; never, unless
+/// Resolves when every served queue is idle twice in a row; never, unless
 /// `enabled`.
-async fn wait_idle(
-    broker: Arc<dyn Broker>,
-    queues: Vec<(String, Arc<WorkerStats>)>,
-    enabled: bool,
-) -> Result<()> {
+async fn wait_idle(broker: Arc<dyn Broker>, registry: Arc<Registry>, enabled: bool) -> Result<()> {
     if !enabled {
         return std::future::pending().await;
     }
@@ -80,9 +102,9 @@ async fn wait_idle(
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let mut idle = true;
-        for (queue, stats) in &queues {
+        for (queue, stats) in registry.workers().await {
             if stats.in_flight.load(Ordering::Relaxed) > 0
-                || broker.queue_stats(queue).await?.pending() > 0
+                || broker.queue_stats(&queue).await?.pending() > 0
             {
                 idle = false;
                 break;

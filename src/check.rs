@@ -39,13 +39,8 @@ pub struct Report {
     pub exports: Vec<String>,
 }
 
-/// Compile `bytes` and prepare it for instantiation as a handler.
-pub fn prepare(runtime: &Runtime, bytes: &[u8]) -> Result<HandlerPre<HostState>, CheckError> {
-    let component = compile(runtime, bytes)?;
-    prepare_component(runtime, &component)
-}
-
-pub fn compile(runtime: &Runtime, bytes: &[u8]) -> Result<Component, CheckError> {
+/// Refuse what is plainly not a component, without compiling anything.
+pub fn precheck(bytes: &[u8]) -> Result<(), CheckError> {
     if bytes.is_empty() {
         return Err(CheckError::Empty);
     }
@@ -55,6 +50,11 @@ pub fn compile(runtime: &Runtime, bytes: &[u8]) -> Result<Component, CheckError>
     if bytes[4..8] == [1, 0, 0, 0] {
         return Err(CheckError::CoreModule);
     }
+    Ok(())
+}
+
+pub fn compile(runtime: &Runtime, bytes: &[u8]) -> Result<Component, CheckError> {
+    precheck(bytes)?;
     runtime
         .compile(bytes)
         .map_err(|e| CheckError::Compile(one_line(&e)))

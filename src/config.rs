@@ -30,6 +30,9 @@ pub struct HostConfig {
     pub max_message_size: Option<Size>,
     /// `text` (default) or `json`.
     pub log_format: Option<LogFormat>,
+    /// Where compiled handlers are cached (default: `.sluice-cache` in the
+    /// handlers directory).
+    pub cache_dir: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -150,7 +153,7 @@ pub struct Idempotency {
 }
 
 /// Everything the host needs to know to serve one handler.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct HandlerSpec {
     /// The file stem: `orders` for `orders.wasm`.
     pub name: String,

@@ -12,13 +12,16 @@
 //! * [`runtime`] — the wasmtime engine, limits and the one `bindgen!`.
 //! * [`host`] — the host side of each imported WIT interface.
 //! * [`check`] — validating a component against the `handler` world.
-//! * [`registry`] — loading the handlers directory.
+//! * [`cache`] — compiled components by content hash, in memory and on disk.
+//! * [`registry`] — the live set of handlers: load, swap, unload.
+//! * [`reload`] — watching the handlers directory for complete changes.
 //! * [`worker`] — the dispatch loop of one queue.
-//! * [`app`] — `run`: workers for every handler, shutdown, `--until-idle`.
+//! * [`app`] — `run`: the registry, the watcher, shutdown, `--until-idle`.
 //! * [`cli`] — the `sluice` command line.
 
 pub mod app;
 pub mod broker;
+pub mod cache;
 pub mod check;
 pub mod cli;
 pub mod config;
@@ -26,6 +29,7 @@ pub mod host;
 pub mod message;
 pub mod policy;
 pub mod registry;
+pub mod reload;
 pub mod runtime;
 pub mod units;
 pub mod worker;

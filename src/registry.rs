@@ -1,31 +1,31 @@
-//! Loading the handlers directory: `NAME.wasm` serves queue `NAME`, or the
-//! queue its sidecar `NAME.toml` names. A file that cannot be loaded is
-//! reported and skipped; the others are served.
+//! The live set of handlers: which version of which handler serves which
+//! queue, right now. Loading a file, swapping a version in and unloading a
+//! removed handler all happen here; the directory watcher (`reload`) only
+//! says which names changed.
+//!
+//! A swap starts a worker for the new version and tells the old one to
+//! stop: new deliveries go to the new version at once, while the old
+//! version's calls in flight finish on it, and what it had leased but not
+//! started goes back to the queue without spending an attempt.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
+use tokio::sync::{Mutex, watch};
+use tokio::task::JoinHandle;
 
+use crate::broker::Broker;
+use crate::cache::{CompileCache, Source};
+use crate::check;
 use crate::config::HandlerSpec;
 use crate::runtime::{Handler, MAX_HANDLER_MEMORY, Runtime};
 use crate::units::format_size;
-
-/// A handler file that was refused, and why.
-#[derive(Debug, Clone)]
-pub struct Refusal {
-    pub path: PathBuf,
-    pub reason: String,
-}
-
-/// The handlers found in a directory, by queue.
-#[derive(Default)]
-pub struct Loaded {
-    pub handlers: BTreeMap<String, Arc<Handler>>,
-    pub refused: Vec<Refusal>,
-}
+use crate::worker::{QueueWorker, WorkerStats};
 
 /// Short content hash used as a handler's version.
 pub fn content_hash(bytes: &[u8]) -> String {
@@ -33,61 +33,300 @@ pub fn content_hash(bytes: &[u8]) -> String {
     digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Load every `*.wasm` in `dir`.
-pub fn load_dir(runtime: &Runtime, dir: &Path, max_message_size: u64) -> Result<Loaded> {
-    let entries = std::fs::read_dir(dir).with_context(|| {
-        format!(
-            "cannot read handlers directory {}: create it and put NAME.wasm handler files in it",
-            dir.display()
-        )
-    })?;
-    let mut wasm_files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "wasm") && p.is_file())
-        .collect();
-    wasm_files.sort();
-    let mut loaded = Loaded::default();
-    for path in wasm_files {
-        match load_file(runtime, &path, max_message_size) {
-            Ok(handler) => {
-                let queue = handler.spec.queue.clone();
-                if let Some(existing) = loaded.handlers.get(&queue) {
-                    let reason = format!(
-                        "queue {queue:?} is already served by {}; bind this handler to another queue in its sidecar",
-                        existing.source.display()
-                    );
-                    tracing::error!(file = %path.display(), "handler refused: {reason}");
-                    loaded.refused.push(Refusal { path, reason });
-                    continue;
-                }
-                tracing::info!(
-                    handler = %handler.spec.name, queue = %queue, version = %handler.version,
-                    mode = ?handler.spec.instance_mode, "handler loaded from {}", path.display()
-                );
-                loaded.handlers.insert(queue, Arc::new(handler));
-            }
-            Err(reason) => {
-                tracing::error!(file = %path.display(), "handler refused: {reason}");
-                loaded.refused.push(Refusal { path, reason });
-            }
-        }
-    }
-    Ok(loaded)
+/// The last refusal of a handler file.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Refusal {
+    pub file: PathBuf,
+    pub reason: String,
 }
 
-/// Load one handler file and its sidecar. The error is one line, without
-/// the file name (the caller adds it).
-pub fn load_file(runtime: &Runtime, path: &Path, max_message_size: u64) -> Result<Handler, String> {
-    let name = path
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .ok_or_else(|| "the file name is not valid UTF-8".to_string())?
-        .to_string();
+/// A handler's state, for `stats` and logs.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Status {
+    pub handler: String,
+    pub queue: Option<String>,
+    pub version: Option<String>,
+    /// Files of this handler refused since the host started.
+    pub refusals: u64,
+    pub last_refusal: Option<String>,
+}
+
+struct Running {
+    handler: Arc<Handler>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    stats: Arc<WorkerStats>,
+    queue: String,
+}
+
+#[derive(Default)]
+struct State {
+    running: BTreeMap<String, Running>,
+    /// Workers of replaced or removed versions, finishing their calls.
+    retired: Vec<Running>,
+    refused: BTreeMap<String, (u64, Refusal)>,
+}
+
+pub struct Registry {
+    runtime: Runtime,
+    broker: Arc<dyn Broker>,
+    cache: Arc<CompileCache>,
+    dir: PathBuf,
+    max_message_size: u64,
+    refusals: AtomicU64,
+    state: Mutex<State>,
+}
+
+impl Registry {
+    pub fn new(
+        runtime: Runtime,
+        broker: Arc<dyn Broker>,
+        cache: CompileCache,
+        dir: PathBuf,
+        max_message_size: u64,
+    ) -> Self {
+        Registry {
+            runtime,
+            broker,
+            cache: Arc::new(cache),
+            dir,
+            max_message_size,
+            refusals: AtomicU64::new(0),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// Names of every handler file (`NAME.wasm`) in the directory.
+    pub fn scan(&self) -> Result<Vec<String>> {
+        let entries = std::fs::read_dir(&self.dir).with_context(|| {
+            format!(
+                "cannot read handlers directory {}: create it and put NAME.wasm handler files in it",
+                self.dir.display()
+            )
+        })?;
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter_map(|p| handler_name(&p).filter(|_| p.extension().is_some_and(|x| x == "wasm")))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Bring handler `name` in line with its files: load or swap in a new
+    /// version, apply a changed sidecar, or unload it when its `.wasm` is gone.
+    pub async fn apply(&self, name: &str) {
+        let wasm = self.dir.join(format!("{name}.wasm"));
+        if !wasm.is_file() {
+            self.unload(name).await;
+            return;
+        }
+        let (runtime, cache, max) = (
+            self.runtime.clone(),
+            self.cache.clone(),
+            self.max_message_size,
+        );
+        let loaded = {
+            let name = name.to_string();
+            let wasm = wasm.clone();
+            tokio::task::spawn_blocking(move || load_file(&runtime, &cache, &name, &wasm, max))
+                .await
+        };
+        let handler = match loaded {
+            Ok(Ok(h)) => h,
+            Ok(Err(reason)) => return self.refuse(name, &wasm, reason).await,
+            Err(e) => {
+                return self
+                    .refuse(name, &wasm, format!("loading panicked: {e}"))
+                    .await;
+            }
+        };
+        let mut state = self.state.lock().await;
+        if let Some((other, _)) = state
+            .running
+            .iter()
+            .find(|(n, r)| n.as_str() != name && r.queue == handler.spec.queue)
+        {
+            let reason = format!(
+                "queue {:?} is already served by {other}.wasm; bind this handler to another queue in its sidecar",
+                handler.spec.queue
+            );
+            drop(state);
+            return self.refuse(name, &wasm, reason).await;
+        }
+        if let Some(current) = state.running.get(name)
+            && current.handler.version == handler.version
+            && current.handler.spec == handler.spec
+        {
+            return;
+        }
+        let previous = state.running.get(name).map(|r| r.handler.version.clone());
+        tracing::info!(
+            handler = name, queue = %handler.spec.queue, version = %handler.version,
+            previous = previous.as_deref().unwrap_or("-"), mode = ?handler.spec.instance_mode,
+            "handler serving from {}", wasm.display()
+        );
+        let running = self.start(Arc::new(handler));
+        if let Some(old) = state.running.insert(name.to_string(), running) {
+            retire(&mut state, old);
+        }
+        state.refused.remove(name);
+    }
+
+    /// Stop serving handler `name`; its queue's messages wait.
+    pub async fn unload(&self, name: &str) {
+        let mut state = self.state.lock().await;
+        if let Some(old) = state.running.remove(name) {
+            tracing::info!(handler = name, queue = %old.queue, version = %old.handler.version, "handler unloaded; its messages wait");
+            retire(&mut state, old);
+        }
+    }
+
+    /// Stop every worker and wait up to `grace` for their calls in flight.
+    pub async fn stop_all(&self, grace: Duration) {
+        let mut state = self.state.lock().await;
+        let all: Vec<Running> = std::mem::take(&mut state.running)
+            .into_values()
+            .chain(std::mem::take(&mut state.retired))
+            .collect();
+        drop(state);
+        for r in &all {
+            let _ = r.stop.send(true);
+        }
+        let wait = async {
+            for r in all {
+                let _ = r.task.await;
+            }
+        };
+        if tokio::time::timeout(grace + Duration::from_secs(1), wait)
+            .await
+            .is_err()
+        {
+            tracing::warn!("workers did not stop within the grace period");
+        }
+    }
+
+    /// The queues served and the workers' live counts, retired ones included.
+    pub async fn workers(&self) -> Vec<(String, Arc<WorkerStats>)> {
+        let mut state = self.state.lock().await;
+        state.retired.retain(|r| !r.task.is_finished());
+        state
+            .running
+            .values()
+            .chain(state.retired.iter())
+            .map(|r| (r.queue.clone(), r.stats.clone()))
+            .collect()
+    }
+
+    /// Every handler the host knows, serving or refused.
+    pub async fn statuses(&self) -> Vec<Status> {
+        let state = self.state.lock().await;
+        let mut out: BTreeMap<String, Status> = BTreeMap::new();
+        for (name, r) in &state.running {
+            out.insert(
+                name.clone(),
+                Status {
+                    handler: name.clone(),
+                    queue: Some(r.queue.clone()),
+                    version: Some(r.handler.version.clone()),
+                    refusals: 0,
+                    last_refusal: None,
+                },
+            );
+        }
+        for (name, (count, refusal)) in &state.refused {
+            let s = out.entry(name.clone()).or_insert_with(|| Status {
+                handler: name.clone(),
+                queue: None,
+                version: None,
+                refusals: 0,
+                last_refusal: None,
+            });
+            s.refusals = *count;
+            s.last_refusal = Some(refusal.reason.clone());
+        }
+        out.into_values().collect()
+    }
+
+    /// Files refused since the host started.
+    pub fn refusals(&self) -> u64 {
+        self.refusals.load(Ordering::Relaxed)
+    }
+
+    fn start(&self, handler: Arc<Handler>) -> Running {
+        let spec = handler.spec.clone();
+        let queue = spec.queue.clone();
+        // The longest a call can take, plus time to settle it.
+        let grace = spec.timeout + Duration::from_secs(5);
+        let worker = QueueWorker::new(self.broker.clone(), handler.clone(), spec);
+        let stats = worker.stats.clone();
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(worker.serve(stop_rx, grace));
+        Running {
+            handler,
+            stop,
+            task,
+            stats,
+            queue,
+        }
+    }
+
+    async fn refuse(&self, name: &str, file: &Path, reason: String) {
+        self.refusals.fetch_add(1, Ordering::Relaxed);
+        let mut state = self.state.lock().await;
+        let serving = state.running.get(name).map(|r| r.handler.version.clone());
+        tracing::error!(
+            file = %file.display(),
+            still_serving = serving.as_deref().unwrap_or("nothing"),
+            "handler refused: {reason}"
+        );
+        let entry = state.refused.entry(name.to_string()).or_insert_with(|| {
+            (
+                0,
+                Refusal {
+                    file: file.to_path_buf(),
+                    reason: String::new(),
+                },
+            )
+        });
+        entry.0 += 1;
+        entry.1 = Refusal {
+            file: file.to_path_buf(),
+            reason,
+        };
+    }
+}
+
+fn retire(state: &mut State, old: Running) {
+    let _ = old.stop.send(true);
+    state.retired.retain(|r| !r.task.is_finished());
+    state.retired.push(old);
+}
+
+/// `NAME` for `DIR/NAME.wasm` or `DIR/NAME.toml`; `None` for anything else
+/// (temporary files, hidden files, other extensions).
+pub fn handler_name(path: &Path) -> Option<String> {
+    let ext = path.extension()?.to_str()?;
+    if ext != "wasm" && ext != "toml" {
+        return None;
+    }
+    let stem = path.file_stem()?.to_str()?;
+    (!stem.is_empty() && !stem.starts_with('.') && !stem.contains('.')).then(|| stem.to_string())
+}
+
+/// Load one handler file and its sidecar. The error is one line, naming the
+/// file at fault.
+pub fn load_file(
+    runtime: &Runtime,
+    cache: &CompileCache,
+    name: &str,
+    path: &Path,
+    max_message_size: u64,
+) -> Result<Handler, String> {
     let sidecar = path.with_extension("toml");
     let spec = if sidecar.exists() {
-        HandlerSpec::load(&name, &sidecar)
+        HandlerSpec::load(name, &sidecar)
     } else {
-        HandlerSpec::defaults(&name)
+        HandlerSpec::defaults(name)
     }
     .map_err(|e| format!("{e:#}"))?;
     if spec.memory > MAX_HANDLER_MEMORY {
@@ -99,10 +338,19 @@ pub fn load_file(runtime: &Runtime, path: &Path, max_message_size: u64) -> Resul
         ));
     }
     let bytes = std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-    let pre = runtime
-        .prepare(&bytes)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
     let version = content_hash(&bytes);
+    let full_hash: String = Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let (component, source) = cache
+        .component(runtime, &bytes, &full_hash)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if source != Source::Memory {
+        tracing::debug!(handler = name, version = %version, ?source, "component ready");
+    }
+    let pre = check::prepare_component(runtime, &component)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(Handler::new(
         runtime,
         spec,

@@ -25,7 +25,14 @@ pub async fn run(ctx: &Context, args: RunArgs) -> Result<()> {
         .unwrap_or_else(|| PathBuf::from("handlers"));
     let broker = ctx.broker().await?;
     tracing::info!(broker = %ctx.broker_url, handlers = %handlers.display(), "sluice starting");
+    let cache_dir = ctx
+        .config
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| handlers.join(".sluice-cache"));
     let options = RunOptions {
+        cache_dir: Some(cache_dir),
+        watch: true,
         handlers,
         until_idle: args.until_idle,
         grace: ctx.grace(),

@@ -89,14 +89,6 @@ impl Runtime {
         &self.inner.linker
     }
 
-    /// Compile and validate a component against the `handler` world.
-    pub fn prepare(
-        &self,
-        bytes: &[u8],
-    ) -> Result<bindings::HandlerPre<HostState>, crate::check::CheckError> {
-        crate::check::prepare(self, bytes)
-    }
-
     pub(crate) fn compile(&self, bytes: &[u8]) -> wasmtime::Result<Component> {
         Component::new(self.engine(), bytes)
     }

@@ -22,7 +22,11 @@ async fn receive_n(b: &dyn Broker, queue: &str, want: usize) -> Vec<Delivery> {
     let start = std::time::Instant::now();
     let mut got = Vec::new();
     while got.len() < want {
-        assert!(start.elapsed() < Duration::from_secs(5), "{queue}: got {} of {want}", got.len());
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{queue}: got {} of {want}",
+            got.len()
+        );
         got.extend(b.receive(queue, 10, LEASE).await.unwrap());
         if got.len() < want {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -36,7 +40,11 @@ async fn receive_n(b: &dyn Broker, queue: &str, want: usize) -> Vec<Delivery> {
 }
 
 /// Poll a queue's counts until `check` holds, or fail after 5 s.
-async fn stats_until(b: &dyn Broker, queue: &str, check: impl Fn(&QueueStats) -> bool) -> QueueStats {
+async fn stats_until(
+    b: &dyn Broker,
+    queue: &str,
+    check: impl Fn(&QueueStats) -> bool,
+) -> QueueStats {
     let start = std::time::Instant::now();
     loop {
         let s = b.queue_stats(queue).await.unwrap();
@@ -378,14 +386,21 @@ async fn sqlite() -> (tempfile::TempDir, Arc<dyn Broker>) {
 
 async fn redis() -> (RedisServer, Arc<dyn Broker>) {
     let server = RedisServer::start();
-    let broker = sluice::broker::RedisBroker::connect(&server.url()).await.unwrap();
+    let broker = sluice::broker::RedisBroker::connect(&server.url())
+        .await
+        .unwrap();
     (server, Arc::new(broker))
 }
 
 async fn redis_cluster() -> (RedisCluster, Arc<dyn Broker>) {
     let cluster = RedisCluster::start();
-    let broker = sluice::broker::RedisBroker::connect(&cluster.url()).await.unwrap();
-    assert!(broker.is_cluster(), "the broker uses a cluster-aware connection");
+    let broker = sluice::broker::RedisBroker::connect(&cluster.url())
+        .await
+        .unwrap();
+    assert!(
+        broker.is_cluster(),
+        "the broker uses a cluster-aware connection"
+    );
     (cluster, Arc::new(broker))
 }
 

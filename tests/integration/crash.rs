@@ -34,7 +34,10 @@ fn sigkill_mid_drain_loses_nothing_and_completes_each_once() {
     let done = || rt.block_on(broker.queue_stats("orders")).unwrap().done;
     let start = std::time::Instant::now();
     while done() < 100 {
-        assert!(start.elapsed() < Duration::from_secs(60), "the first host completed nothing");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the first host completed nothing"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     unsafe { libc::kill(host.id() as i32, libc::SIGKILL) };

@@ -36,7 +36,10 @@ fn handlings(logs: &[String]) -> BTreeMap<u64, usize> {
     let mut out = BTreeMap::new();
     for line in logs.iter().flat_map(|l| l.lines()) {
         if line.contains("forwarded to shipping")
-            && let Some(id) = line.split("order ").nth(1).and_then(|r| r.split_whitespace().next())
+            && let Some(id) = line
+                .split("order ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
             && let Ok(id) = id.parse()
         {
             *out.entry(id).or_default() += 1;
@@ -55,7 +58,10 @@ fn assert_each_completed_once(env: &Env, n: usize) {
     let c = completions(env);
     assert_eq!(c.len(), n, "every order has a follow-up");
     let twice: Vec<_> = c.iter().filter(|&(_, &k)| k > 1).collect();
-    assert!(twice.is_empty(), "orders completed more than once: {twice:?}");
+    assert!(
+        twice.is_empty(),
+        "orders completed more than once: {twice:?}"
+    );
 }
 
 #[test]
@@ -66,14 +72,19 @@ fn sigkill_mid_drain_a_second_host_finishes() {
     preload(&env, N);
     let first_log = env.dir.path().join("first.log");
     let host = env.spawn_run(&first_log);
-    wait_until(Duration::from_secs(60), "the first host to complete some orders", || {
-        env.count("orders", "done") >= 300
-    });
+    wait_until(
+        Duration::from_secs(60),
+        "the first host to complete some orders",
+        || env.count("orders", "done") >= 300,
+    );
     let mut host = host;
     unsafe { libc::kill(host.id() as i32, libc::SIGKILL) };
     host.wait().unwrap();
     let at_kill = env.count("orders", "done");
-    assert!(at_kill < N as u64, "the first host finished before it was killed");
+    assert!(
+        at_kill < N as u64,
+        "the first host finished before it was killed"
+    );
 
     // The second host reclaims what the first left pending once the lease
     // has run out, and drains the rest.
@@ -87,7 +98,10 @@ fn sigkill_mid_drain_a_second_host_finishes() {
     let h = handlings(&[first_log, second_log]);
     assert_eq!(h.len(), N, "every order was handled");
     let again = h.values().filter(|&&k| k > 1).count();
-    assert!(again <= 16, "{again} orders handled again; only the 16 leased at the kill may be");
+    assert!(
+        again <= 16,
+        "{again} orders handled again; only the 16 leased at the kill may be"
+    );
 }
 
 #[test]
@@ -103,7 +117,9 @@ fn redis_restart_mid_drain_the_host_survives() {
     preload(&env, N);
     let log = env.dir.path().join("run.log");
     let host = env.spawn_run(&log);
-    wait_until(Duration::from_secs(60), "some orders done", || env.count("orders", "done") >= 200);
+    wait_until(Duration::from_secs(60), "some orders done", || {
+        env.count("orders", "done") >= 200
+    });
     env.redis_server().kill();
     std::thread::sleep(Duration::from_secs(1));
     env.redis_server().restart();
@@ -124,7 +140,10 @@ fn redis_restart_mid_drain_the_host_survives() {
     }
     stop(host);
     let log = std::fs::read_to_string(&log).unwrap();
-    assert!(!lines_with(&log, "retrying").is_empty(), "the host noticed Redis going away:\n{log}");
+    assert!(
+        !lines_with(&log, "retrying").is_empty(),
+        "the host noticed Redis going away:\n{log}"
+    );
     assert_eq!(env.count("orders", "dead"), 0);
     assert_each_completed_once(&env, N);
 }
@@ -135,16 +154,33 @@ fn three_hosts_share_one_queue() {
     let env = Env::redis();
     env.deploy("orders", "orders", Some(ORDERS));
     preload(&env, N);
-    let logs: Vec<_> = (0..3).map(|i| env.dir.path().join(format!("host{i}.log"))).collect();
+    let logs: Vec<_> = (0..3)
+        .map(|i| env.dir.path().join(format!("host{i}.log")))
+        .collect();
     let hosts: Vec<Child> = logs.iter().map(|l| env.spawn_run(l)).collect();
-    wait_until(Duration::from_secs(120), "all orders done", || env.count("orders", "done") == N as u64);
+    wait_until(Duration::from_secs(120), "all orders done", || {
+        env.count("orders", "done") == N as u64
+    });
     for host in hosts {
         stop(host);
     }
-    let texts: Vec<String> = logs.iter().map(|l| std::fs::read_to_string(l).unwrap()).collect();
-    let per_host: Vec<usize> = texts.iter().map(|t| handlings(std::slice::from_ref(t)).values().sum()).collect();
-    assert!(per_host.iter().all(|&n| n > 0), "every host did some of the work: {per_host:?}");
-    assert_eq!(per_host.iter().sum::<usize>(), N, "the total is exact: {per_host:?}");
+    let texts: Vec<String> = logs
+        .iter()
+        .map(|l| std::fs::read_to_string(l).unwrap())
+        .collect();
+    let per_host: Vec<usize> = texts
+        .iter()
+        .map(|t| handlings(std::slice::from_ref(t)).values().sum())
+        .collect();
+    assert!(
+        per_host.iter().all(|&n| n > 0),
+        "every host did some of the work: {per_host:?}"
+    );
+    assert_eq!(
+        per_host.iter().sum::<usize>(),
+        N,
+        "the total is exact: {per_host:?}"
+    );
     assert_each_completed_once(&env, N);
 }
 
@@ -172,5 +208,11 @@ fn cluster_runs_the_cli_end_to_end() {
     let replayed = env.sluice(&["dlq", "replay", "orders"]);
     assert!(replayed.contains("replayed 2"), "{replayed}");
     assert_eq!(env.count("orders", "ready"), 2);
-    assert_eq!(serde_json::from_str::<serde_json::Value>(&env.sluice(&["--json", "dlq", "purge", "orders"])).unwrap()["purged"], 0);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(
+            &env.sluice(&["--json", "dlq", "purge", "orders"])
+        )
+        .unwrap()["purged"],
+        0
+    );
 }

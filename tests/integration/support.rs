@@ -58,7 +58,12 @@ impl Env {
         let handlers = dir.path().join("handlers");
         std::fs::create_dir(&handlers).unwrap();
         let db = dir.path().join("sluice.db");
-        Env { dir, handlers, db, backend }
+        Env {
+            dir,
+            handlers,
+            db,
+            backend,
+        }
     }
 
     pub fn broker_url(&self) -> String {
@@ -175,9 +180,16 @@ impl Env {
     }
 
     /// The library's broker for this environment, with a runtime to drive it.
-    pub fn broker(&self) -> (tokio::runtime::Runtime, std::sync::Arc<dyn sluice::broker::Broker>) {
+    pub fn broker(
+        &self,
+    ) -> (
+        tokio::runtime::Runtime,
+        std::sync::Arc<dyn sluice::broker::Broker>,
+    ) {
         let rt = tokio::runtime::Runtime::new().unwrap();
-        let broker = rt.block_on(sluice::broker::connect(&self.broker_url())).unwrap();
+        let broker = rt
+            .block_on(sluice::broker::connect(&self.broker_url()))
+            .unwrap();
         (rt, broker)
     }
 
@@ -190,8 +202,15 @@ impl Env {
             // Two empty reads in a row: a broker may hand out due messages a
             // moment after they are due.
             while empty_rounds < 2 {
-                let batch = broker.receive(queue, 1000, Duration::from_secs(60)).await.unwrap();
-                empty_rounds = if batch.is_empty() { empty_rounds + 1 } else { 0 };
+                let batch = broker
+                    .receive(queue, 1000, Duration::from_secs(60))
+                    .await
+                    .unwrap();
+                empty_rounds = if batch.is_empty() {
+                    empty_rounds + 1
+                } else {
+                    0
+                };
                 if batch.is_empty() {
                     tokio::time::sleep(Duration::from_millis(120)).await;
                 }

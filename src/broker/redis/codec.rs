@@ -24,11 +24,16 @@ impl Fields {
     }
 
     pub fn get(&self, name: &str) -> Option<&[u8]> {
-        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_slice())
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_slice())
     }
 
     pub fn text(&self, name: &str) -> String {
-        self.get(name).map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default()
+        self.get(name)
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default()
     }
 
     pub fn number(&self, name: &str) -> u64 {

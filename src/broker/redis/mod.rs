@@ -22,7 +22,8 @@ use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
 use tokio::sync::{Mutex, Notify};
 
 use super::{
-    Broker, BrokerError, ClaimState, DeadLetter, KeyClaim, QueueStats, ReplaySelector, Result, Settlement,
+    Broker, BrokerError, ClaimState, DeadLetter, KeyClaim, QueueStats, ReplaySelector, Result,
+    Settlement,
 };
 use crate::message::{Delivery, NewMessage, new_id};
 
@@ -120,7 +121,9 @@ impl Client {
                     .set_max_delay(Duration::from_secs(2))
                     .set_connection_timeout(Some(Duration::from_secs(2)))
                     .set_response_timeout(Some(Duration::from_secs(10)));
-                Ok(Conn::Single(ConnectionManager::new_with_config(c.clone(), config).await?))
+                Ok(Conn::Single(
+                    ConnectionManager::new_with_config(c.clone(), config).await?,
+                ))
             }
             Client::Cluster(c) => Ok(Conn::Cluster(c.get_async_connection().await?)),
         }
@@ -166,11 +169,15 @@ impl RedisBroker {
     /// Connect to `redis://HOST:PORT[/DB]`. A node with cluster mode on is
     /// used through a cluster-aware connection.
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
-        let single = redis::Client::open(url).map_err(|e| anyhow::anyhow!("bad Redis URL {url:?}: {e}"))?;
-        let mut probe = tokio::time::timeout(Duration::from_secs(5), single.get_multiplexed_async_connection())
-            .await
-            .map_err(|_| anyhow::anyhow!("cannot connect to Redis at {url}: timed out"))?
-            .map_err(|e| anyhow::anyhow!("cannot connect to Redis at {url}: {e}"))?;
+        let single =
+            redis::Client::open(url).map_err(|e| anyhow::anyhow!("bad Redis URL {url:?}: {e}"))?;
+        let mut probe = tokio::time::timeout(
+            Duration::from_secs(5),
+            single.get_multiplexed_async_connection(),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("cannot connect to Redis at {url}: timed out"))?
+        .map_err(|e| anyhow::anyhow!("cannot connect to Redis at {url}: {e}"))?;
         let info: String = redis::cmd("INFO")
             .arg("cluster")
             .query_async(&mut probe)
@@ -192,12 +199,7 @@ impl RedisBroker {
             .connect()
             .await
             .map_err(|e| anyhow::anyhow!("cannot connect to Redis at {url}: {e}"))?;
-        let consumer = format!(
-            "{}-{}-{}",
-            hostname(),
-            std::process::id(),
-            &new_id()[20..]
-        );
+        let consumer = format!("{}-{}-{}", hostname(), std::process::id(), &new_id()[20..]);
         let served = Arc::new(StdMutex::new(BTreeSet::new()));
         let relay_wake = Arc::new(Notify::new());
         let relay = tokio::spawn(relay_loop(conn.clone(), served.clone(), relay_wake.clone()));
@@ -244,7 +246,11 @@ impl RedisBroker {
     async fn register(&self, queues: impl IntoIterator<Item = &str>) -> Result<()> {
         let new: Vec<String> = {
             let known = self.registered.lock().expect("registered lock");
-            queues.into_iter().filter(|q| !known.contains(*q)).map(str::to_string).collect()
+            queues
+                .into_iter()
+                .filter(|q| !known.contains(*q))
+                .map(str::to_string)
+                .collect()
         };
         if new.is_empty() {
             return Ok(());
@@ -276,9 +282,21 @@ impl RedisBroker {
         }
     }
 
-    async fn read_new(&self, reader: &mut Reader, keys: &QueueKeys, queue: &str, count: usize, block: bool, lease: Duration) -> Result<Vec<Delivery>> {
+    async fn read_new(
+        &self,
+        reader: &mut Reader,
+        keys: &QueueKeys,
+        queue: &str,
+        count: usize,
+        block: bool,
+        lease: Duration,
+    ) -> Result<Vec<Delivery>> {
         let mut cmd = redis::cmd("XREADGROUP");
-        cmd.arg("GROUP").arg(GROUP).arg(&self.consumer).arg("COUNT").arg(count);
+        cmd.arg("GROUP")
+            .arg(GROUP)
+            .arg(&self.consumer)
+            .arg("COUNT")
+            .arg(count);
         if block {
             cmd.arg("BLOCK").arg(BLOCK.as_millis() as u64);
         }
@@ -296,19 +314,36 @@ impl RedisBroker {
         let mut out = Vec::new();
         for stream in array(&reply) {
             let parts = array(stream);
-            let Some(entries) = parts.get(1) else { continue };
+            let Some(entries) = parts.get(1) else {
+                continue;
+            };
             for entry in array(entries) {
                 let e = array(entry);
-                let (Some(id), Some(fields)) = (e.first().and_then(text), e.get(1).and_then(Fields::parse)) else {
+                let (Some(id), Some(fields)) =
+                    (e.first().and_then(text), e.get(1).and_then(Fields::parse))
+                else {
                     continue;
                 };
-                out.push(codec::delivery(queue, &id, &fields, 1, lease.as_millis() as u64));
+                out.push(codec::delivery(
+                    queue,
+                    &id,
+                    &fields,
+                    1,
+                    lease.as_millis() as u64,
+                ));
             }
         }
         Ok(out)
     }
 
-    async fn maintain(&self, reader: &mut Reader, keys: &QueueKeys, queue: &str, max: usize, lease: Duration) -> Result<Vec<Delivery>> {
+    async fn maintain(
+        &self,
+        reader: &mut Reader,
+        keys: &QueueKeys,
+        queue: &str,
+        max: usize,
+        lease: Duration,
+    ) -> Result<Vec<Delivery>> {
         let mut conn = self.conn.clone();
         let reply: Value = scripts::MAINTAIN
             .key(&keys.stream)
@@ -327,12 +362,20 @@ impl RedisBroker {
         let mut out = Vec::new();
         for item in parts.get(1).map(array).unwrap_or_default() {
             let e = array(item);
-            let (Some(id), Some(fields), Some(count)) =
-                (e.first().and_then(text), e.get(1).and_then(Fields::parse), e.get(2).and_then(int))
-            else {
+            let (Some(id), Some(fields), Some(count)) = (
+                e.first().and_then(text),
+                e.get(1).and_then(Fields::parse),
+                e.get(2).and_then(int),
+            ) else {
                 continue;
             };
-            out.push(codec::delivery(queue, &id, &fields, count, lease.as_millis() as u64));
+            out.push(codec::delivery(
+                queue,
+                &id,
+                &fields,
+                count,
+                lease.as_millis() as u64,
+            ));
         }
         Ok(out)
     }
@@ -373,7 +416,13 @@ impl RedisBroker {
                 Settlement::Defer { .. } => "F",
                 Settlement::Dead { .. } => "X",
             };
-            script.arg(kind).arg(entry).arg(count).arg(kidx).arg(&d.id).arg(d.attempt);
+            script
+                .arg(kind)
+                .arg(entry)
+                .arg(count)
+                .arg(kidx)
+                .arg(&d.id)
+                .arg(d.attempt);
             match s {
                 Settlement::Done { key, publishes, .. } => {
                     let retention = key.as_ref().map_or(0, |(_, r)| r.as_millis() as u64);
@@ -396,7 +445,12 @@ impl RedisBroker {
                 Settlement::Defer { delay, .. } => {
                     script.arg(delay.as_millis() as u64);
                 }
-                Settlement::Dead { reason, error, handler_version, .. } => {
+                Settlement::Dead {
+                    reason,
+                    error,
+                    handler_version,
+                    ..
+                } => {
                     script
                         .arg(reason)
                         .arg(error.as_deref().unwrap_or(""))
@@ -405,7 +459,10 @@ impl RedisBroker {
             }
         }
         let mut conn = self.conn.clone();
-        script.invoke_async::<()>(&mut conn).await.map_err(classify)?;
+        script
+            .invoke_async::<()>(&mut conn)
+            .await
+            .map_err(classify)?;
         if has_publishes {
             self.relay_wake.notify_one();
         }
@@ -442,13 +499,17 @@ impl Broker for RedisBroker {
                 None => by_queue.push((m.queue.clone(), vec![(id, m)])),
             }
         }
-        self.register(by_queue.iter().map(|(q, _)| q.as_str())).await?;
+        self.register(by_queue.iter().map(|(q, _)| q.as_str()))
+            .await?;
         let mut conn = self.conn.clone();
         for (queue, list) in &by_queue {
             let keys = QueueKeys::new(queue);
             for chunk in list.chunks(500) {
                 let mut script = scripts::PUBLISH.prepare_invoke();
-                script.key(&keys.stream).key(&keys.delayed).key(&keys.bodies);
+                script
+                    .key(&keys.stream)
+                    .key(&keys.delayed)
+                    .key(&keys.bodies);
                 for (id, m) in chunk {
                     script
                         .arg(id)
@@ -458,7 +519,10 @@ impl Broker for RedisBroker {
                         .arg(m.delay.as_millis() as u64)
                         .arg(0);
                 }
-                script.invoke_async::<()>(&mut conn).await.map_err(classify)?;
+                script
+                    .invoke_async::<()>(&mut conn)
+                    .await
+                    .map_err(classify)?;
             }
         }
         Ok(ids)
@@ -468,7 +532,10 @@ impl Broker for RedisBroker {
         if max == 0 {
             return Ok(Vec::new());
         }
-        self.served.lock().expect("served lock").insert(queue.to_string());
+        self.served
+            .lock()
+            .expect("served lock")
+            .insert(queue.to_string());
         let keys = QueueKeys::new(queue);
         let reader = self.reader(queue).await?;
         let mut reader = reader.lock().await;
@@ -478,26 +545,38 @@ impl Broker for RedisBroker {
             reader.group_ready = true;
         }
         let mut out = Vec::new();
-        if reader.last_maintain.is_none_or(|t| t.elapsed() >= MAINTAIN_EVERY) {
+        if reader
+            .last_maintain
+            .is_none_or(|t| t.elapsed() >= MAINTAIN_EVERY)
+        {
             reader.last_maintain = Some(Instant::now());
             out = self.maintain(&mut reader, &keys, queue, max, lease).await?;
         }
         if out.len() < max {
             let block = out.is_empty();
-            let fresh = self.read_new(&mut reader, &keys, queue, max - out.len(), block, lease).await?;
+            let fresh = self
+                .read_new(&mut reader, &keys, queue, max - out.len(), block, lease)
+                .await?;
             out.extend(fresh);
         }
         Ok(out)
     }
 
-    async fn claim(&self, queue: &str, claims: &[KeyClaim], lease: Duration) -> Result<Vec<ClaimState>> {
+    async fn claim(
+        &self,
+        queue: &str,
+        claims: &[KeyClaim],
+        lease: Duration,
+    ) -> Result<Vec<ClaimState>> {
         if claims.is_empty() {
             return Ok(Vec::new());
         }
         let mut script = scripts::CLAIM.prepare_invoke();
         script.arg(lease.as_millis() as u64);
         for c in claims {
-            script.key(key(queue, &format!("key:{}", c.key))).arg(&c.message_id);
+            script
+                .key(key(queue, &format!("key:{}", c.key)))
+                .arg(&c.message_id);
         }
         let mut conn = self.conn.clone();
         let states: Vec<i64> = script.invoke_async(&mut conn).await.map_err(classify)?;
@@ -645,7 +724,12 @@ async fn relay_loop(conn: Conn, served: Arc<StdMutex<BTreeSet<String>>>, wake: A
             _ = wake.notified() => {}
             _ = tokio::time::sleep(Duration::from_millis(50)) => {}
         }
-        let queues: Vec<String> = served.lock().expect("served lock").iter().cloned().collect();
+        let queues: Vec<String> = served
+            .lock()
+            .expect("served lock")
+            .iter()
+            .cloned()
+            .collect();
         for q in queues {
             if let Err(e) = relay_queue(conn.clone(), &q).await {
                 tracing::warn!(queue = %q, error = %e, "relaying held publishes failed; retrying in {backoff:?}");
@@ -677,7 +761,9 @@ async fn relay_queue(mut conn: Conn, queue: &str) -> redis::RedisResult<()> {
         let mut targets = BTreeSet::new();
         for entry in entries {
             let e = array(entry);
-            let (Some(entry_id), Some(f)) = (e.first().and_then(text), e.get(1).and_then(Fields::parse)) else {
+            let (Some(entry_id), Some(f)) =
+                (e.first().and_then(text), e.get(1).and_then(Fields::parse))
+            else {
                 continue;
             };
             let target = f.text("q");
@@ -700,14 +786,25 @@ async fn relay_queue(mut conn: Conn, queue: &str) -> redis::RedisResult<()> {
             targets.insert(target);
             done.push(entry_id);
         }
-        redis::cmd("SADD").arg(QUEUES_KEY).arg(targets.into_iter().collect::<Vec<_>>()).query_async::<()>(&mut conn).await?;
-        redis::cmd("XDEL").arg(&outbox).arg(&done).query_async::<()>(&mut conn).await?;
+        redis::cmd("SADD")
+            .arg(QUEUES_KEY)
+            .arg(targets.into_iter().collect::<Vec<_>>())
+            .query_async::<()>(&mut conn)
+            .await?;
+        redis::cmd("XDEL")
+            .arg(&outbox)
+            .arg(&done)
+            .query_async::<()>(&mut conn)
+            .await?;
     }
 }
 
 impl std::fmt::Debug for RedisBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisBroker").field("consumer", &self.consumer).field("cluster", &self.cluster).finish()
+        f.debug_struct("RedisBroker")
+            .field("consumer", &self.consumer)
+            .field("cluster", &self.cluster)
+            .finish()
     }
 }
 
