@@ -4,7 +4,7 @@
 //!   --messages N      messages per embedded-broker drain (default 100000)
 //!   --redis-messages N messages per Redis drain (default 200000)
 //!   --calls N         calls per invocation benchmark (default 20000)
-//!   --only NAME       run one section: invoke | drain | redis
+//!   --only NAME       run one section: invoke | drain | redis | reload | restart
 //!
 //! Every figure that has a target is printed next to a baseline measured in
 //! the same run (a native no-op handler over the same broker code), because
@@ -382,6 +382,162 @@ async fn drains(
     }
 }
 
+/// Records when each handler version first handled a message, from the
+/// worker's `handled` debug events.
+#[derive(Clone, Default)]
+struct FirstHandled(Arc<std::sync::Mutex<std::collections::HashMap<String, Instant>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for FirstHandled {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Fields {
+            version: Option<String>,
+            handled: bool,
+        }
+        impl tracing::field::Visit for Fields {
+            fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+                if field.name() == "version" {
+                    self.version = Some(value.to_string());
+                }
+            }
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" && format!("{value:?}") == "handled" {
+                    self.handled = true;
+                }
+            }
+        }
+        let mut f = Fields {
+            version: None,
+            handled: false,
+        };
+        event.record(&mut f);
+        if let (true, Some(v)) = (f.handled, f.version) {
+            self.0.lock().unwrap().entry(v).or_insert_with(Instant::now);
+        }
+    }
+}
+
+/// `bytes` with a custom section appended: same behaviour, new content hash.
+fn variant(bytes: &[u8], tag: &str) -> Vec<u8> {
+    let name = format!("sluice-bench-{tag}");
+    let mut out = bytes.to_vec();
+    out.push(0);
+    out.push((name.len() + 1) as u8);
+    out.push(name.len() as u8);
+    out.extend_from_slice(name.as_bytes());
+    out
+}
+
+/// Reload latency: from the rename of a new `hello` version into place to
+/// the first message that version handles, with messages flowing.
+async fn bench_reload(rounds: usize) {
+    let seen = FirstHandled::default();
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        let filter = tracing_subscriber::filter::Targets::new()
+            .with_target("sluice::worker", tracing::Level::DEBUG);
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_subscriber::Layer::with_filter(seen.clone(), filter));
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("the reload bench sets the global subscriber once");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let handlers = dir.path().join("handlers");
+    std::fs::create_dir(&handlers).unwrap();
+    let hello = std::fs::read(guest("hello")).unwrap();
+    std::fs::write(handlers.join("hello.wasm"), &hello).unwrap();
+    let broker: Arc<dyn Broker> =
+        Arc::new(SqliteBroker::open(dir.path().join("bench.db")).unwrap());
+    let options = sluice::app::RunOptions {
+        handlers: handlers.clone(),
+        until_idle: false,
+        grace: Duration::from_secs(5),
+        max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+        cache_dir: Some(dir.path().join("cache")),
+        watch: true,
+    };
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let host = tokio::spawn(sluice::app::run(broker.clone(), options, async move {
+        let _ = stop_rx.wait_for(|s| *s).await;
+    }));
+    // A steady flow: a message every millisecond.
+    let flow = {
+        let broker = broker.clone();
+        tokio::spawn(async move {
+            loop {
+                broker
+                    .publish(vec![NewMessage::new("hello", "tick")])
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut latencies = Vec::new();
+    for i in 0..rounds {
+        let v = variant(&hello, &i.to_string());
+        let version = sluice::registry::content_hash(&v);
+        let tmp = handlers.join("hello.wasm.tmp");
+        std::fs::write(&tmp, &v).unwrap();
+        let renamed = Instant::now();
+        std::fs::rename(&tmp, handlers.join("hello.wasm")).unwrap();
+        let first = loop {
+            if let Some(t) = seen.0.lock().unwrap().get(&version) {
+                break *t;
+            }
+            assert!(
+                renamed.elapsed() < Duration::from_secs(10),
+                "version {version} never handled a message"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        latencies.push(first - renamed);
+    }
+    flow.abort();
+    let _ = stop_tx.send(true);
+    host.await.unwrap().unwrap();
+    latencies.sort();
+    println!(
+        "reload  hello rename -> first message on it: median {:.0} ms   p90 {:.0} ms   ({rounds} swaps)",
+        percentile(&latencies, 0.5) / 1000.0,
+        percentile(&latencies, 0.9) / 1000.0
+    );
+}
+
+/// Restart: time until a guest serves its first message with an empty and
+/// with a warm compiled cache.
+async fn bench_restart(name: &str) {
+    let cache_dir = tempfile::tempdir().unwrap();
+    let mut times = Vec::new();
+    for label in ["cold", "warm"] {
+        let start = Instant::now();
+        let runtime = Runtime::new().unwrap();
+        let cache =
+            sluice::cache::CompileCache::new(&runtime, Some(cache_dir.path().to_path_buf()));
+        let handler = sluice::registry::load_file(
+            &runtime,
+            &cache,
+            name,
+            &guest(name),
+            DEFAULT_MAX_MESSAGE_SIZE,
+        )
+        .unwrap();
+        let r = handler.invoke(&delivery(0)).await;
+        let elapsed = start.elapsed();
+        assert!(r.result.is_ok(), "{name}: {:?}", r.result);
+        times.push(elapsed);
+        println!(
+            "restart {name:<10} {label} cache: first message after {:>7.1} ms   ({} bytes)",
+            elapsed.as_secs_f64() * 1000.0,
+            std::fs::metadata(guest(name)).unwrap().len()
+        );
+    }
+    println!(
+        "restart {name:<10} warm is {:.1} × faster than cold",
+        times[0].as_secs_f64() / times[1].as_secs_f64()
+    );
+}
+
 fn main() {
     let args = args();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -401,6 +557,11 @@ fn main() {
             })
             .await;
         }
+        if run("restart") {
+            // The largest guest in guests/ (wasi_probe), and the example.
+            bench_restart("wasi_probe").await;
+            bench_restart("orders").await;
+        }
         if run("redis") {
             let server = RedisProcess::start();
             REDIS_URL.with(|u| *u.borrow_mut() = Some(server.url.clone()));
@@ -411,6 +572,10 @@ fn main() {
             })
             .await;
             REDIS_URL.with(|u| *u.borrow_mut() = None);
+        }
+        // Last: it installs a global tracing subscriber.
+        if run("reload") {
+            bench_reload(20).await;
         }
     });
 }

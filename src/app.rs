@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::broker::Broker;
+use crate::broker::{Broker, HandlerStatus, STATUS_EVERY};
 use crate::cache::CompileCache;
 use crate::registry::Registry;
 use crate::reload::{DirWatcher, RESCAN};
@@ -62,12 +62,20 @@ pub async fn run(
             "no handlers loaded; messages wait in their queues until a handler for them is deployed"
         );
     }
+    let host = host_id();
+    report(&*broker, &registry, &host).await;
     let follow = async {
         let Some(watcher) = watcher.as_mut() else {
             return std::future::pending().await;
         };
         loop {
-            let mut names = watcher.changed().await;
+            let mut names = tokio::select! {
+                names = watcher.changed() => names,
+                _ = tokio::time::sleep(STATUS_EVERY) => {
+                    report(&*broker, &registry, &host).await;
+                    continue;
+                }
+            };
             if names.iter().any(|n| n == RESCAN) {
                 names = registry.scan().unwrap_or_default();
                 names.extend(registry.statuses().await.into_iter().map(|s| s.handler));
@@ -77,6 +85,7 @@ pub async fn run(
             for name in names {
                 registry.apply(&name).await;
             }
+            report(&*broker, &registry, &host).await;
         }
     };
     let idle = wait_idle(broker.clone(), registry.clone(), options.until_idle);
@@ -89,7 +98,43 @@ pub async fn run(
         _ = follow => {}
     }
     registry.stop_all(options.grace).await;
+    if let Err(e) = broker.put_handler_statuses(&host, Vec::new()).await {
+        tracing::debug!(error = %e, "could not clear this host's handler status");
+    }
     Ok(())
+}
+
+/// This process, as `stats` names it: host name and process id.
+fn host_id() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let name = name.trim();
+    format!(
+        "{}-{}",
+        if name.is_empty() { "host" } else { name },
+        std::process::id()
+    )
+}
+
+/// Tell the broker what this host serves and refused, for `sluice stats`.
+async fn report(broker: &dyn Broker, registry: &Registry, host: &str) {
+    let now = crate::message::now_ms();
+    let statuses = registry
+        .statuses()
+        .await
+        .into_iter()
+        .map(|s| HandlerStatus {
+            host: host.to_string(),
+            handler: s.handler,
+            queue: s.queue,
+            version: s.version,
+            refusals: s.refusals,
+            last_refusal: s.last_refusal,
+            updated_at_ms: now,
+        })
+        .collect();
+    if let Err(e) = broker.put_handler_statuses(host, statuses).await {
+        tracing::warn!(error = %e, "could not report handler status to the broker");
+    }
 }
 
 /// Resolves when every served queue is idle twice in a row; never, unless

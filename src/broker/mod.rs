@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::message::{Delivery, NewMessage};
 
@@ -129,6 +129,26 @@ impl QueueStats {
     }
 }
 
+/// One host's view of one handler, for `sluice stats`. Hosts write theirs
+/// when their handlers change and every [`STATUS_EVERY`]; readers ignore
+/// entries older than [`STATUS_STALE`], so a host that died drops out.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HandlerStatus {
+    pub host: String,
+    pub handler: String,
+    /// The queue it serves; `None` when no version of it loads.
+    pub queue: Option<String>,
+    /// The content hash of the version serving.
+    pub version: Option<String>,
+    /// Files of this handler the host refused since it started.
+    pub refusals: u64,
+    pub last_refusal: Option<String>,
+    pub updated_at_ms: u64,
+}
+
+pub const STATUS_EVERY: Duration = Duration::from_secs(10);
+pub const STATUS_STALE: Duration = Duration::from_secs(60);
+
 /// Which dead letters a replay takes.
 #[derive(Clone, Debug, Default)]
 pub struct ReplaySelector {
@@ -175,6 +195,12 @@ pub trait Broker: Send + Sync + 'static {
 
     /// Delete every dead letter of `queue`. Returns how many were deleted.
     async fn purge(&self, queue: &str) -> Result<u64>;
+
+    /// Replace everything `host` reported about its handlers.
+    async fn put_handler_statuses(&self, host: &str, statuses: Vec<HandlerStatus>) -> Result<()>;
+
+    /// What every host reported, stale reports included (readers filter).
+    async fn handler_statuses(&self) -> Result<Vec<HandlerStatus>>;
 }
 
 /// Open the broker a URL names: `sqlite://PATH` or `redis://HOST:PORT[/DB]`.

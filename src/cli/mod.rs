@@ -42,8 +42,8 @@ pub enum Command {
     Send(send::SendArgs),
     /// Inspect, replay or purge dead letters.
     Dlq(dlq::DlqArgs),
-    /// Per-queue counts.
-    Stats,
+    /// Per-queue counts, and the handlers the running hosts serve.
+    Stats(stats::StatsArgs),
     /// Validate a handler component against the WIT world.
     Check(check::CheckArgs),
 }
@@ -99,7 +99,7 @@ pub async fn main(cli: Cli) -> Result<()> {
         Command::Run(args) => run::run(&ctx, args).await,
         Command::Send(args) => send::send(&ctx, args).await,
         Command::Dlq(args) => dlq::dlq(&ctx, args).await,
-        Command::Stats => stats::stats(&ctx).await,
+        Command::Stats(args) => stats::stats(&ctx, args).await,
         Command::Check(args) => check::check(&ctx, args),
     }
 }

@@ -1,15 +1,39 @@
 //! `sluice stats`.
 
 use anyhow::Result;
+use clap::Args;
 
 use super::Context;
+use crate::broker::{HandlerStatus, STATUS_STALE};
+use crate::message::now_ms;
 
-pub async fn stats(ctx: &Context) -> Result<()> {
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// With --json: print the handlers the running hosts report instead of
+    /// the queues.
+    #[arg(long)]
+    pub handlers: bool,
+}
+
+pub async fn stats(ctx: &Context, args: StatsArgs) -> Result<()> {
     let broker = ctx.broker().await?;
     let all = broker.stats().await?;
+    let fresh_after = now_ms().saturating_sub(STATUS_STALE.as_millis() as u64);
+    let handlers: Vec<HandlerStatus> = broker
+        .handler_statuses()
+        .await?
+        .into_iter()
+        .filter(|h| h.updated_at_ms >= fresh_after)
+        .collect();
     if ctx.json {
-        for q in &all {
-            super::print_json(q)?;
+        if args.handlers {
+            for h in &handlers {
+                super::print_json(h)?;
+            }
+        } else {
+            for q in &all {
+                super::print_json(q)?;
+            }
         }
         return Ok(());
     }
@@ -22,6 +46,24 @@ pub async fn stats(ctx: &Context) -> Result<()> {
             "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9}",
             q.queue, q.ready, q.delayed, q.in_flight, q.done, q.duplicates, q.retried, q.dead
         );
+    }
+    if !handlers.is_empty() {
+        println!();
+        println!(
+            "{:<20} {:<24} {:<20} {:<16} {:>8}  LAST REFUSAL",
+            "HANDLER", "HOST", "QUEUE", "VERSION", "REFUSALS"
+        );
+        for h in &handlers {
+            println!(
+                "{:<20} {:<24} {:<20} {:<16} {:>8}  {}",
+                h.handler,
+                h.host,
+                h.queue.as_deref().unwrap_or("-"),
+                h.version.as_deref().unwrap_or("(none)"),
+                h.refusals,
+                h.last_refusal.as_deref().unwrap_or("-")
+            );
+        }
     }
     Ok(())
 }

@@ -15,5 +15,6 @@ mod hostile;
 mod outcomes;
 mod redis;
 mod redis_support;
+mod reload;
 mod shutdown;
 mod support;

@@ -22,8 +22,8 @@ use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
 use tokio::sync::{Mutex, Notify};
 
 use super::{
-    Broker, BrokerError, ClaimState, DeadLetter, KeyClaim, QueueStats, ReplaySelector, Result,
-    Settlement,
+    Broker, BrokerError, ClaimState, DeadLetter, HandlerStatus, KeyClaim, QueueStats,
+    ReplaySelector, Result, Settlement,
 };
 use crate::message::{Delivery, NewMessage, new_id};
 
@@ -34,8 +34,10 @@ use codec::{Fields, array, int, text};
 
 /// The consumer group every host joins.
 const GROUP: &str = "sluice";
-/// The set of known queue names (the one key without a queue's hash tag).
+/// The set of known queue names (one of two keys without a queue's hash tag).
 const QUEUES_KEY: &str = "sluice:queues";
+/// Each host's handler statuses, as JSON by host.
+const STATUS_KEY: &str = "sluice:handlers";
 /// How long a receive blocks on an empty stream.
 const BLOCK: Duration = Duration::from_millis(50);
 /// How often a receiver promotes due messages and reclaims expired leases.
@@ -712,6 +714,34 @@ impl Broker for RedisBroker {
             .invoke_async(&mut conn)
             .await
             .map_err(classify)
+    }
+
+    async fn put_handler_statuses(&self, host: &str, statuses: Vec<HandlerStatus>) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let json = serde_json::to_string(&statuses).expect("statuses serialize");
+        redis::cmd("HSET")
+            .arg(STATUS_KEY)
+            .arg(host)
+            .arg(json)
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(classify)
+    }
+
+    async fn handler_statuses(&self) -> Result<Vec<HandlerStatus>> {
+        let mut conn = self.conn.clone();
+        let all: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(STATUS_KEY)
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        let mut out: Vec<HandlerStatus> = all
+            .iter()
+            .filter_map(|(_, json)| serde_json::from_str::<Vec<HandlerStatus>>(json).ok())
+            .flatten()
+            .collect();
+        out.sort_by(|a, b| (&a.handler, &a.host).cmp(&(&b.handler, &b.host)));
+        Ok(out)
     }
 }
 

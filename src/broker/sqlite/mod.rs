@@ -19,8 +19,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
 use super::{
-    Broker, BrokerError, ClaimState, DeadLetter, KeyClaim, QueueStats, ReplaySelector, Result,
-    Settlement,
+    Broker, BrokerError, ClaimState, DeadLetter, HandlerStatus, KeyClaim, QueueStats,
+    ReplaySelector, Result, Settlement,
 };
 use crate::message::{Delivery, NewMessage, now_ms};
 
@@ -70,6 +70,12 @@ CREATE TABLE IF NOT EXISTS keys (
     PRIMARY KEY (queue, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS keys_expiry ON keys (expires_at);
+CREATE TABLE IF NOT EXISTS handler_status (
+    host    TEXT NOT NULL,
+    handler TEXT NOT NULL,
+    status  TEXT NOT NULL,
+    PRIMARY KEY (host, handler)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS counters (
     queue      TEXT PRIMARY KEY,
     done       INTEGER NOT NULL DEFAULT 0,
@@ -288,6 +294,46 @@ impl Broker for SqliteBroker {
                 .execute("DELETE FROM dead WHERE queue = ?1", [queue])
                 .map_err(storage)?;
             Ok(n as u64)
+        })
+        .await
+    }
+
+    async fn put_handler_statuses(&self, host: &str, statuses: Vec<HandlerStatus>) -> Result<()> {
+        let host = host.to_string();
+        self.call(move |conn| {
+            conn.execute("DELETE FROM handler_status WHERE host = ?1", [&host])
+                .map_err(storage)?;
+            let mut insert = conn
+                .prepare_cached(
+                    "INSERT INTO handler_status (host, handler, status) VALUES (?1, ?2, ?3)",
+                )
+                .map_err(storage)?;
+            for s in statuses {
+                let json = serde_json::to_string(&s).expect("statuses serialize");
+                insert
+                    .execute(rusqlite::params![host, s.handler, json])
+                    .map_err(storage)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn handler_statuses(&self) -> Result<Vec<HandlerStatus>> {
+        self.call(|conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT status FROM handler_status ORDER BY handler, host")
+                .map_err(storage)?;
+            let rows = stmt
+                .query_map([], |r| r.get::<_, String>(0))
+                .map_err(storage)?;
+            let texts = rows
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(storage)?;
+            Ok(texts
+                .iter()
+                .filter_map(|t| serde_json::from_str(t).ok())
+                .collect())
         })
         .await
     }
