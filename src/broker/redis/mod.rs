@@ -111,7 +111,7 @@ impl ConnectionLike for Conn {
 #[derive(Clone)]
 enum Client {
     Single(redis::Client),
-    Cluster(redis::cluster::ClusterClient),
+    Cluster(Box<redis::cluster::ClusterClient>),
 }
 
 impl Client {
@@ -193,7 +193,7 @@ impl RedisBroker {
                 .response_timeout(Duration::from_secs(10))
                 .build()
                 .map_err(|e| anyhow::anyhow!("bad Redis Cluster URL {url:?}: {e}"))?;
-            Client::Cluster(c)
+            Client::Cluster(Box::new(c))
         } else {
             Client::Single(single)
         };
