@@ -12,6 +12,7 @@ use crate::message::NewMessage;
 use crate::runtime::limits::MemoryLimiter;
 
 mod config;
+mod http;
 mod log;
 mod publish;
 mod stdio;
@@ -41,6 +42,8 @@ pub struct HostState {
     pub(crate) held: Vec<NewMessage>,
     /// When the current call must have finished.
     pub(crate) deadline: Instant,
+    http: wasmtime_wasi_http::WasiHttpCtx,
+    http_hooks: http::DenyAll,
 }
 
 impl HostState {
@@ -62,6 +65,8 @@ impl HostState {
             message_id: String::new(),
             held: Vec::new(),
             deadline: Instant::now(),
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            http_hooks: http::DenyAll,
         }
     }
 }

@@ -69,6 +69,8 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| anyhow::Error::from(e).context("cannot link WASI"))?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
+            .map_err(|e| anyhow::Error::from(e).context("cannot link wasi:http"))?;
         bindings::Handler::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| anyhow::Error::from(e).context("cannot link the sluice imports"))?;
         let ticker = limits::EpochTicker::start(engine.clone());

@@ -12,6 +12,7 @@ mod bad_input;
 mod conformance;
 mod crash;
 mod hostile;
+mod languages;
 mod outcomes;
 mod redis;
 mod redis_support;

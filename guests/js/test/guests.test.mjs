@@ -1,0 +1,110 @@
+// Unit tests of the JS handlers' logic, run natively under node against the
+// fake host (no component build needed): `npm test` in guests/js.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { state, reset } from './fake-host.mjs';
+import { handle as hello } from '../hello/app.js';
+import { handle as orders } from '../orders/app.js';
+
+function msg(payload, attempt = 1) {
+  return {
+    id: 'm-1',
+    key: 'm-1',
+    queue: 'orders',
+    payload: typeof payload === 'string' ? new TextEncoder().encode(payload) : payload,
+    headers: [],
+    attempt,
+    enqueuedAtMs: 0n,
+  };
+}
+
+test('hello logs and acks', () => {
+  reset();
+  assert.deepEqual(hello(msg('x', 3)), { tag: 'done' });
+  assert.deepEqual(state.logs, [['info', 'hello from sluice: message m-1 attempt 3']]);
+});
+
+test('orders rejects bad input', () => {
+  reset();
+  assert.deepEqual(orders(msg(new Uint8Array([0xff, 0xfe]))), {
+    tag: 'reject',
+    val: 'payload is not UTF-8',
+  });
+  const reject = (p) => {
+    const r = orders(msg(p));
+    assert.equal(r.tag, 'reject', p);
+    return r.val;
+  };
+  assert.match(reject('nope'), /^malformed order: ./);
+  assert.equal(reject('[1]'), 'malformed order: not a JSON object');
+  assert.equal(reject('null'), 'malformed order: not a JSON object');
+  assert.equal(reject('{}'), 'malformed order: missing `id`');
+  assert.equal(reject('{"id":true}'), 'malformed order: `id` must be a string or a number');
+  assert.equal(reject('{"id":null}'), 'malformed order: `id` must be a string or a number');
+  assert.equal(reject('{"id":1,"qty":0}'), 'malformed order: `qty` must be a positive integer, got 0');
+  assert.equal(reject('{"id":1,"qty":-2}'), 'malformed order: `qty` must be a positive integer, got -2');
+  assert.equal(reject('{"id":1,"qty":1.5}'), 'malformed order: `qty` must be a positive integer, got 1.5');
+  assert.equal(reject('{"id":1,"qty":"3"}'), 'malformed order: `qty` must be a positive integer, got "3"');
+  assert.equal(reject('{"id":1,"qty":null}'), 'malformed order: `qty` must be a positive integer, got null');
+  assert.deepEqual(state.published, []);
+});
+
+test('orders publishes the follow-up', () => {
+  reset();
+  assert.deepEqual(orders(msg('{"id":"A7","qty":3}')), { tag: 'done' });
+  assert.deepEqual(orders(msg('{"id": 42}')), { tag: 'done' });
+  assert.deepEqual(state.published, [
+    {
+      queue: 'shipping',
+      payload: '{"order":"A7","qty":3,"source":"m-1"}',
+      options: { headers: [['order-id', 'A7']], key: undefined, delayMs: undefined },
+    },
+    {
+      queue: 'shipping',
+      payload: '{"order":42,"qty":1,"source":"m-1"}',
+      options: { headers: [['order-id', '42']], key: undefined, delayMs: undefined },
+    },
+  ]);
+  assert.deepEqual(state.logs, [
+    ['info', 'order A7 (qty 3) from message m-1 forwarded to shipping'],
+    ['info', 'order 42 (qty 1) from message m-1 forwarded to shipping'],
+  ]);
+});
+
+test('orders: followup_queue from config', () => {
+  reset({ followup_queue: 'ship2' });
+  assert.deepEqual(orders(msg('{"id":1}')), { tag: 'done' });
+  assert.equal(state.published[0].queue, 'ship2');
+});
+
+test('orders retries', () => {
+  const p = '{"id":1,"retry_until_attempt":3}';
+  reset();
+  assert.deepEqual(orders(msg(p, 1)), { tag: 'retry', val: 10n });
+  assert.deepEqual(orders(msg(p, 2)), { tag: 'retry', val: 10n });
+  assert.deepEqual(orders(msg(p, 3)), { tag: 'done' });
+  assert.deepEqual(state.logs[0], ['info', 'order 1: attempt 1 < 3, retrying in 10 ms']);
+  reset({ retry_delay_ms: '250' });
+  assert.deepEqual(orders(msg(p, 1)), { tag: 'retry', val: 250n });
+  assert.deepEqual(orders(msg('{"id":1,"always_retry":true}', 9)), { tag: 'retry', val: undefined });
+  assert.deepEqual(orders(msg('{"id":1,"always_retry":false}', 9)), { tag: 'done' });
+  reset({ retry_delay_ms: 'soon' });
+  assert.deepEqual(orders(msg(p, 1)), { tag: 'retry', val: 10n });
+  assert.deepEqual(state.logs[0], ['warn', 'config retry_delay_ms="soon" is not a u64; using 10']);
+});
+
+test('orders: publish error retries and logs', () => {
+  reset();
+  state.failPublish = 'queue full';
+  assert.deepEqual(orders(msg('{"id":1}')), { tag: 'retry', val: undefined });
+  assert.deepEqual(state.logs, [['error', 'order 1: publish to "shipping" failed: queue full']]);
+});
+
+test('orders: work_ms sleeps first', async () => {
+  reset({ work_ms: '50' });
+  const start = Date.now();
+  const r = orders(msg('{"id":1}'));
+  assert.ok(r instanceof Promise);
+  assert.deepEqual(await r, { tag: 'done' });
+  assert.ok(Date.now() - start >= 45);
+});
