@@ -10,6 +10,7 @@ use crate::config::{DEFAULT_BROKER, HostConfig, LogFormat};
 
 mod check;
 mod dlq;
+mod new;
 mod run;
 mod send;
 mod stats;
@@ -46,6 +47,8 @@ pub enum Command {
     Stats(stats::StatsArgs),
     /// Validate a handler component against the WIT world.
     Check(check::CheckArgs),
+    /// Scaffold a handler project: rust, python, js or c.
+    New(new::NewArgs),
 }
 
 /// What every command shares: the config file and the broker to use.
@@ -101,6 +104,7 @@ pub async fn main(cli: Cli) -> Result<()> {
         Command::Dlq(args) => dlq::dlq(&ctx, args).await,
         Command::Stats(args) => stats::stats(&ctx, args).await,
         Command::Check(args) => check::check(&ctx, args),
+        Command::New(args) => new::new(&ctx, args),
     }
 }
 

@@ -5,7 +5,9 @@
 
 use std::future::Future;
 
-use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
+use wasmtime_wasi_http::{
+    Error, RequestOptions, WasiBody, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
+};
 
 use super::HostState;
 
@@ -13,7 +15,10 @@ use super::HostState;
 #[derive(Default)]
 pub struct DenyAll;
 
-type Response = wasmtime_wasi_http::Result<(http::Response<WasiBody>, Box<dyn Future<Output = Result<(), Error>> + Send>)>;
+type Response = wasmtime_wasi_http::Result<(
+    http::Response<WasiBody>,
+    Box<dyn Future<Output = Result<(), Error>> + Send>,
+)>;
 
 impl WasiHttpHooks for DenyAll {
     fn send_request(

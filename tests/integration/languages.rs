@@ -13,7 +13,10 @@ fn shared_cache() -> PathBuf {
 }
 
 fn component(lang: &str, name: &str) -> PathBuf {
-    let path = repo_root().join("guests/out").join(lang).join(format!("{name}.wasm"));
+    let path = repo_root()
+        .join("guests/out")
+        .join(lang)
+        .join(format!("{name}.wasm"));
     assert!(
         path.is_file(),
         "the {lang} guest {name} is not built ({} is missing): run scripts/build-guests",
@@ -39,7 +42,11 @@ fn env_for(lang: &str) -> Env {
     )
     .unwrap();
     for name in ["hello", "orders"] {
-        std::fs::copy(component(lang, name), env.handlers.join(format!("{name}.wasm"))).unwrap();
+        std::fs::copy(
+            component(lang, name),
+            env.handlers.join(format!("{name}.wasm")),
+        )
+        .unwrap();
     }
     let orders = sidecar(
         lang,
@@ -61,7 +68,10 @@ fn same_outcomes(lang: &str) {
     let cases = [
         ("valid", r#"{"id": 7, "qty": 2}"#),
         ("string id", r#"{"id": "A-1"}"#),
-        ("retries then done", r#"{"id": 8, "retry_until_attempt": 3}"#),
+        (
+            "retries then done",
+            r#"{"id": 8, "retry_until_attempt": 3}"#,
+        ),
         ("always retry", r#"{"id": 9, "always_retry": true}"#),
         ("not json", "not json"),
         ("not an object", "[1, 2]"),
@@ -69,27 +79,64 @@ fn same_outcomes(lang: &str) {
         ("bad qty", r#"{"id": 10, "qty": 0}"#),
         ("not utf-8", at_binary.as_str()),
     ];
-    let ids: BTreeMap<&str, String> = cases.iter().map(|(label, payload)| (*label, env.send("orders", payload, &[]))).collect();
+    let ids: BTreeMap<&str, String> = cases
+        .iter()
+        .map(|(label, payload)| (*label, env.send("orders", payload, &[])))
+        .collect();
     let log = env.run_until_idle();
 
     let stats = env.stats();
     assert_eq!(stats["hello"]["done"], 3, "{lang}");
-    assert_eq!(lines_with(&log, "hello from sluice: message").len(), 3, "{lang}: {log}");
+    assert_eq!(
+        lines_with(&log, "hello from sluice: message").len(),
+        3,
+        "{lang}: {log}"
+    );
     assert_eq!(stats["orders"]["done"], 3, "{lang}: {}", stats["orders"]);
     assert_eq!(stats["orders"]["dead"], 6, "{lang}: {}", stats["orders"]);
-    assert_eq!(stats["orders"]["retried"], 4, "{lang}: two for `retries then done`, two for `always retry`");
+    assert_eq!(
+        stats["orders"]["retried"], 4,
+        "{lang}: two for `retries then done`, two for `always retry`"
+    );
     assert_eq!(lines_with(&log, "forwarded to shipping").len(), 3, "{lang}");
 
     let reason = |label: &str| -> String {
         let shown = env.sluice(&["--json", "dlq", "show", "orders", &ids[label]]);
-        serde_json::from_str::<serde_json::Value>(&shown).unwrap()["reason"].as_str().unwrap().to_string()
+        serde_json::from_str::<serde_json::Value>(&shown).unwrap()["reason"]
+            .as_str()
+            .unwrap()
+            .to_string()
     };
-    assert_eq!(reason("always retry"), "gave up after 3 attempt(s)", "{lang}");
-    assert!(reason("not json").starts_with("rejected: malformed order: "), "{lang}: {}", reason("not json"));
-    assert_eq!(reason("not an object"), "rejected: malformed order: not a JSON object", "{lang}");
-    assert_eq!(reason("missing id"), "rejected: malformed order: missing `id`", "{lang}");
-    assert_eq!(reason("bad qty"), "rejected: malformed order: `qty` must be a positive integer, got 0", "{lang}");
-    assert_eq!(reason("not utf-8"), "rejected: payload is not UTF-8", "{lang}");
+    assert_eq!(
+        reason("always retry"),
+        "gave up after 3 attempt(s)",
+        "{lang}"
+    );
+    assert!(
+        reason("not json").starts_with("rejected: malformed order: "),
+        "{lang}: {}",
+        reason("not json")
+    );
+    assert_eq!(
+        reason("not an object"),
+        "rejected: malformed order: not a JSON object",
+        "{lang}"
+    );
+    assert_eq!(
+        reason("missing id"),
+        "rejected: malformed order: missing `id`",
+        "{lang}"
+    );
+    assert_eq!(
+        reason("bad qty"),
+        "rejected: malformed order: `qty` must be a positive integer, got 0",
+        "{lang}"
+    );
+    assert_eq!(
+        reason("not utf-8"),
+        "rejected: payload is not UTF-8",
+        "{lang}"
+    );
 
     let mut shipped: Vec<(String, String)> = env
         .drain("shipping")
@@ -102,7 +149,8 @@ fn same_outcomes(lang: &str) {
         })
         .collect();
     shipped.sort();
-    let expected = [("7", "7/2"), ("8", "8/1"), ("A-1", "\"A-1\"/1")].map(|(a, b)| (a.to_string(), b.to_string()));
+    let expected = [("7", "7/2"), ("8", "8/1"), ("A-1", "\"A-1\"/1")]
+        .map(|(a, b)| (a.to_string(), b.to_string()));
     assert_eq!(shipped, expected, "{lang}");
 }
 

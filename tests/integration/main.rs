@@ -17,5 +17,6 @@ mod outcomes;
 mod redis;
 mod redis_support;
 mod reload;
+mod scaffold;
 mod shutdown;
 mod support;

@@ -1,0 +1,226 @@
+//! `sluice new NAME --lang rust|python|js|c [--dir D]`: scaffold a handler
+//! project that builds as it is.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Args, ValueEnum};
+
+use super::Context;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Lang {
+    Rust,
+    Python,
+    Js,
+    C,
+}
+
+#[derive(Debug, Args)]
+pub struct NewArgs {
+    /// The handler's name: it serves the queue of that name.
+    pub name: String,
+    #[arg(long, value_enum)]
+    pub lang: Lang,
+    /// Where to write the project (default: ./NAME). Must not exist yet, or be empty.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// The WIT package every project carries.
+const WIT: &str = include_str!("../../wit/handler.wit");
+
+/// (path in the project, template text, executable).
+type File = (&'static str, &'static str, bool);
+
+fn files(lang: Lang) -> &'static [File] {
+    match lang {
+        Lang::Rust => &[
+            (
+                "Cargo.toml",
+                include_str!("../../templates/rust/Cargo.toml"),
+                false,
+            ),
+            (
+                "build.rs",
+                include_str!("../../templates/rust/build.rs"),
+                false,
+            ),
+            (
+                "src/lib.rs",
+                include_str!("../../templates/rust/src/lib.rs"),
+                false,
+            ),
+            (
+                "build.sh",
+                include_str!("../../templates/rust/build.sh"),
+                true,
+            ),
+            (
+                "README.md",
+                include_str!("../../templates/rust/README.md"),
+                false,
+            ),
+            (
+                "{{name}}.toml",
+                include_str!("../../templates/rust/sidecar.toml"),
+                false,
+            ),
+        ],
+        Lang::Python => &[
+            (
+                "app.py",
+                include_str!("../../templates/python/app.py"),
+                false,
+            ),
+            (
+                "build.sh",
+                include_str!("../../templates/python/build.sh"),
+                true,
+            ),
+            (
+                "README.md",
+                include_str!("../../templates/python/README.md"),
+                false,
+            ),
+            (
+                "{{name}}.toml",
+                include_str!("../../templates/python/sidecar.toml"),
+                false,
+            ),
+        ],
+        Lang::Js => &[
+            ("app.js", include_str!("../../templates/js/app.js"), false),
+            (
+                "package.json",
+                include_str!("../../templates/js/package.json"),
+                false,
+            ),
+            (
+                "build.sh",
+                include_str!("../../templates/js/build.sh"),
+                true,
+            ),
+            (
+                "README.md",
+                include_str!("../../templates/js/README.md"),
+                false,
+            ),
+            (
+                "{{name}}.toml",
+                include_str!("../../templates/js/sidecar.toml"),
+                false,
+            ),
+        ],
+        Lang::C => &[
+            (
+                "handler_impl.c",
+                include_str!("../../templates/c/handler_impl.c"),
+                false,
+            ),
+            ("build.sh", include_str!("../../templates/c/build.sh"), true),
+            (
+                "README.md",
+                include_str!("../../templates/c/README.md"),
+                false,
+            ),
+            (
+                "{{name}}.toml",
+                include_str!("../../templates/c/sidecar.toml"),
+                false,
+            ),
+        ],
+    }
+}
+
+/// Handler names become crate, module, file and queue names: keep them plain.
+fn validate_name(name: &str) -> Result<()> {
+    let mut chars = name.chars();
+    let ok = name.len() <= 64
+        && chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !ok {
+        bail!("bad handler name {name:?}: use a lowercase letter, then up to 63 of a-z 0-9 _");
+    }
+    Ok(())
+}
+
+pub fn new(ctx: &Context, args: NewArgs) -> Result<()> {
+    validate_name(&args.name)?;
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&args.name));
+    if dir.exists()
+        && std::fs::read_dir(&dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true)
+    {
+        bail!(
+            "{} already exists and is not empty; choose another --dir",
+            dir.display()
+        );
+    }
+    let mut written = Vec::new();
+    for (path, text, executable) in files(args.lang) {
+        let path = path.replace("{{name}}", &args.name);
+        write(
+            &dir.join(&path),
+            &text.replace("{{name}}", &args.name),
+            *executable,
+        )?;
+        written.push(path);
+    }
+    write(&dir.join("wit/handler.wit"), WIT, false)?;
+    written.push("wit/handler.wit".into());
+    if ctx.json {
+        return super::print_json(&serde_json::json!({ "dir": dir, "files": written }));
+    }
+    println!(
+        "created {} ({:?} handler {}):",
+        dir.display(),
+        args.lang,
+        args.name
+    );
+    for f in &written {
+        println!("  {f}");
+    }
+    println!(
+        "build it with {}/build.sh; it writes {}.wasm",
+        dir.display(),
+        args.name
+    );
+    Ok(())
+}
+
+fn write(path: &Path, text: &str, executable: bool) -> Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    if executable {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+            .with_context(|| format!("cannot make {} executable", path.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(validate_name("orders_v2").is_ok());
+        assert!(validate_name("Orders").is_err());
+        assert!(validate_name("2fast").is_err());
+        assert!(
+            validate_name("a-b")
+                .unwrap_err()
+                .to_string()
+                .contains("a-b")
+        );
+    }
+}

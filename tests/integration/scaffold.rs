@@ -1,0 +1,144 @@
+//! `sluice new`: a scaffolded project in each language builds as it is, and
+//! its component serves messages.
+
+use std::process::Command;
+
+use crate::support::{Env, repo_root};
+
+/// Build a scaffolded project with the toolchains `scripts/build-guests`
+/// installed, instead of downloading them again per test.
+fn build(dir: &std::path::Path) {
+    let root = repo_root();
+    let tools = root.join(".tools");
+    let path = format!(
+        "{}:{}",
+        tools.join("cargo/bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(dir.join("build.sh"))
+        .env(
+            "COMPONENTIZE_PY",
+            tools.join("python-venv/bin/componentize-py"),
+        )
+        .env(
+            "COMPONENTIZE_JS",
+            root.join("guests/js/node_modules/.bin/componentize-js"),
+        )
+        .env("ADAPTER", tools.join("wasi_snapshot_preview1.reactor.wasm"))
+        .env("PATH", path)
+        .output()
+        .expect("running build.sh");
+    assert!(
+        out.status.success(),
+        "{}/build.sh failed (run scripts/build-guests first to install the toolchains):\n{}{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn scaffold_build_deploy(lang: &str) {
+    let env = Env::new();
+    std::fs::write(
+        env.dir.path().join("sluice.toml"),
+        format!(
+            "cache_dir = {:?}\n",
+            repo_root()
+                .join("target/test-compiled-cache")
+                .to_str()
+                .unwrap()
+        ),
+    )
+    .unwrap();
+    let name = format!("greeter_{lang}");
+    let project = env.dir.path().join("project");
+    let out = env.sluice(&[
+        "--json",
+        "new",
+        &name,
+        "--lang",
+        lang,
+        "--dir",
+        project.to_str().unwrap(),
+    ]);
+    let created: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(
+        created["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f == "wit/handler.wit"),
+        "{created}"
+    );
+    assert!(project.join("README.md").is_file() && project.join("build.sh").is_file());
+    build(&project);
+    let wasm = project.join(format!("{name}.wasm"));
+    let check = env.sluice(&["check", wasm.to_str().unwrap()]);
+    assert!(
+        check.contains("ok, implements sluice:handler/handler@0.1.0"),
+        "{check}"
+    );
+
+    std::fs::copy(&wasm, env.handlers.join(format!("{name}.wasm"))).unwrap();
+    let sidecar = std::fs::read_to_string(project.join(format!("{name}.toml"))).unwrap();
+    let sidecar = sidecar.replace(
+        "# forward_to = \"another-queue\"",
+        "forward_to = \"greetings\"",
+    );
+    std::fs::write(env.handlers.join(format!("{name}.toml")), sidecar).unwrap();
+    env.send(&name, "hello", &[]);
+    let log = env.run_until_idle();
+    let stats = env.stats();
+    assert_eq!(stats[&name]["done"], 1, "{lang}: {log}");
+    assert!(
+        log.contains(&format!("{name}: message")),
+        "{lang}: the handler logged:\n{log}"
+    );
+    let forwarded = env.drain("greetings");
+    assert_eq!(forwarded.len(), 1, "{lang}: the publish arrived");
+    assert_eq!(forwarded[0].payload, b"hello");
+
+    let again = env.sluice_raw(&[
+        "new",
+        &name,
+        "--lang",
+        lang,
+        "--dir",
+        project.to_str().unwrap(),
+    ]);
+    assert!(
+        !again.status.success()
+            && String::from_utf8_lossy(&again.stderr).contains("already exists")
+    );
+}
+
+#[test]
+fn new_rust_project_builds_and_serves() {
+    scaffold_build_deploy("rust");
+}
+
+#[test]
+fn new_python_project_builds_and_serves() {
+    scaffold_build_deploy("python");
+}
+
+#[test]
+fn new_js_project_builds_and_serves() {
+    scaffold_build_deploy("js");
+}
+
+#[test]
+fn new_c_project_builds_and_serves() {
+    scaffold_build_deploy("c");
+}
+
+#[test]
+fn bad_names_are_refused() {
+    let env = Env::new();
+    let out = env.sluice_raw(&["new", "Bad-Name", "--lang", "rust"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("bad handler name \"Bad-Name\""),
+        "{err}"
+    );
+}
