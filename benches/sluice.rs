@@ -4,7 +4,7 @@
 //!   --messages N      messages per embedded-broker drain (default 100000)
 //!   --redis-messages N messages per Redis drain (default 200000)
 //!   --calls N         calls per invocation benchmark (default 20000)
-//!   --only NAME       run one section: invoke | drain | redis | reload | restart
+//!   --only NAME       run one section: invoke | drain | languages | redis | reload | restart
 //!
 //! Every figure that has a target is printed next to a baseline measured in
 //! the same run (a native no-op handler over the same broker code), because
@@ -62,8 +62,13 @@ fn args() -> Args {
 }
 
 fn guest(name: &str) -> PathBuf {
+    guest_in("rust", name)
+}
+
+fn guest_in(lang: &str, name: &str) -> PathBuf {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("guests/out/rust")
+        .join("guests/out")
+        .join(lang)
         .join(format!("{name}.wasm"));
     assert!(
         path.is_file(),
@@ -74,12 +79,16 @@ fn guest(name: &str) -> PathBuf {
 }
 
 fn load(runtime: &Runtime, name: &str, mode: InstanceMode) -> Handler {
+    load_in(runtime, "rust", name, mode)
+}
+
+fn load_in(runtime: &Runtime, lang: &str, name: &str, mode: InstanceMode) -> Handler {
     let cache = sluice::cache::CompileCache::new(runtime, None);
     let mut handler = sluice::registry::load_file(
         runtime,
         &cache,
         name,
-        &guest(name),
+        &guest_in(lang, name),
         DEFAULT_MAX_MESSAGE_SIZE,
     )
     .expect("loading guest");
@@ -111,8 +120,23 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 /// Instantiate-and-call (fresh) and warm-call (reuse) cost of one guest, one
 /// call at a time.
 async fn bench_invoke(runtime: &Runtime, name: &str, calls: usize) {
-    for mode in [InstanceMode::Fresh, InstanceMode::Reuse] {
-        let handler = load(runtime, name, mode);
+    invoke_costs(runtime, "rust", name, calls, calls).await;
+}
+
+/// Median and p99 per call, fresh and reuse; returns the two medians in µs.
+async fn invoke_costs(
+    runtime: &Runtime,
+    lang: &str,
+    name: &str,
+    fresh_calls: usize,
+    reuse_calls: usize,
+) -> (f64, f64) {
+    let mut medians = Vec::new();
+    for (mode, calls) in [
+        (InstanceMode::Fresh, fresh_calls),
+        (InstanceMode::Reuse, reuse_calls),
+    ] {
+        let handler = load_in(runtime, lang, name, mode);
         let d = delivery(0);
         for _ in 0..calls / 10 {
             let r = handler.invoke(&d).await;
@@ -127,11 +151,63 @@ async fn bench_invoke(runtime: &Runtime, name: &str, calls: usize) {
         }
         times.sort();
         println!(
-            "invoke  {name:<8} {:<6} median {:>7.2} µs   p99 {:>7.2} µs   ({calls} calls)",
+            "invoke  {lang:<6} {name:<8} {:<6} median {:>8.2} µs   p99 {:>8.2} µs   ({calls} calls)",
             format!("{mode:?}").to_lowercase(),
             percentile(&times, 0.5),
             percentile(&times, 0.99)
         );
+        medians.push(percentile(&times, 0.5));
+    }
+    (medians[0], medians[1])
+}
+
+/// Per language: compile time, size, per-message cost in both modes, and
+/// embedded-broker throughput for `hello` in the language's mode.
+async fn bench_languages(runtime: &Runtime, messages: usize) {
+    let (rust_fresh, _) = invoke_costs(runtime, "rust", "hello", 5000, 5000).await;
+    let mut rows = Vec::new();
+    for lang in ["rust", "c", "python", "js"] {
+        let path = guest_in(lang, "hello");
+        let bytes = std::fs::read(&path).unwrap();
+        let start = Instant::now();
+        sluice::check::compile(runtime, &bytes).expect("compiles");
+        let compile = start.elapsed();
+        let big = matches!(lang, "python" | "js");
+        let (fresh, reuse) = if big {
+            invoke_costs(runtime, lang, "hello", 200, 5000).await
+        } else {
+            invoke_costs(runtime, lang, "hello", 5000, 5000).await
+        };
+        let mode = if big {
+            InstanceMode::Reuse
+        } else {
+            InstanceMode::Fresh
+        };
+        let handler = Arc::new(load_in(runtime, lang, "hello", mode));
+        let spec = handler.spec.clone();
+        let dir = tempfile::tempdir().unwrap();
+        let broker: Arc<dyn Broker> =
+            Arc::new(SqliteBroker::open(dir.path().join("bench.db")).unwrap());
+        let label = format!("sqlite {lang} hello {}", format!("{mode:?}").to_lowercase());
+        let rate = drain(&label, broker, handler, spec, messages).await;
+        rows.push((lang, bytes.len(), compile, fresh, reuse, mode, rate));
+    }
+    println!("lang    size        compile   fresh µs/msg  reuse µs/msg  drain (mode)");
+    for (lang, size, compile, fresh, reuse, mode, rate) in rows {
+        println!(
+            "{lang:<7} {:>8.1} KiB {:>7.0} ms {:>12.2} {:>13.2}  {rate:>8.0} msg/s ({})",
+            size as f64 / 1024.0,
+            compile.as_secs_f64() * 1000.0,
+            fresh,
+            reuse,
+            format!("{mode:?}").to_lowercase()
+        );
+        if matches!(lang, "rust" | "c") {
+            println!(
+                "        fresh cost is {:.2} × the Rust hello figure",
+                fresh / rust_fresh
+            );
+        }
     }
 }
 
@@ -556,6 +632,9 @@ fn main() {
                 Arc::new(SqliteBroker::open(dir.join("bench.db")).unwrap()) as Arc<dyn Broker>
             })
             .await;
+        }
+        if run("languages") {
+            bench_languages(&runtime, 20_000).await;
         }
         if run("restart") {
             // The largest guest in guests/ (wasi_probe), and the example.

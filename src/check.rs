@@ -37,6 +37,37 @@ pub struct Report {
     pub size: u64,
     pub imports: Vec<String>,
     pub exports: Vec<String>,
+    /// Imports that link but whose every use the host refuses, with why.
+    pub refused: Vec<Refused>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct Refused {
+    pub import: String,
+    pub reason: &'static str,
+}
+
+/// Why the host refuses what an import offers, if it does. Handlers get
+/// WASI with nothing granted: these interfaces link, and every call that
+/// would reach outside the sandbox fails with an error the guest sees.
+pub fn refusal(import: &str) -> Option<&'static str> {
+    let interface = import.split('@').next().unwrap_or(import);
+    match interface {
+        i if i.starts_with("wasi:filesystem/") => {
+            Some("no directories are granted: every file access fails")
+        }
+        i if i.starts_with("wasi:sockets/") => {
+            Some("no network access is granted: every socket call fails")
+        }
+        "wasi:http/outgoing-handler" => {
+            Some("outgoing HTTP is not granted: every request is denied")
+        }
+        "wasi:cli/environment" => {
+            Some("no environment variables or arguments are granted: they read as empty")
+        }
+        "wasi:cli/stdin" => Some("stdin is empty"),
+        _ => None,
+    }
 }
 
 /// Refuse what is plainly not a component, without compiling anything.
@@ -77,17 +108,28 @@ pub fn check(runtime: &Runtime, bytes: &[u8]) -> Result<Report, CheckError> {
     prepare_component(runtime, &component)?;
     let ty = component.component_type();
     let engine = runtime.engine();
+    let imports: Vec<String> = ty
+        .imports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let refused = imports
+        .iter()
+        .filter_map(|i| {
+            refusal(i).map(|reason| Refused {
+                import: i.clone(),
+                reason,
+            })
+        })
+        .collect();
     Ok(Report {
         world: WORLD,
         size: bytes.len() as u64,
-        imports: ty
-            .imports(engine)
-            .map(|(name, _)| name.to_string())
-            .collect(),
+        imports,
         exports: ty
             .exports(engine)
             .map(|(name, _)| name.to_string())
             .collect(),
+        refused,
     })
 }
 

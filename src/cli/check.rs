@@ -31,10 +31,19 @@ pub fn check(ctx: &Context, args: CheckArgs) -> Result<()> {
         format_size(report.size)
     );
     for import in &report.imports {
-        println!("  import {import}");
+        match crate::check::refusal(import) {
+            Some(reason) => println!("  import {import}  (refused: {reason})"),
+            None => println!("  import {import}"),
+        }
     }
     for export in &report.exports {
         println!("  export {export}");
+    }
+    if !report.refused.is_empty() {
+        println!(
+            "  {} import(s) link but are refused: the sandbox grants nothing",
+            report.refused.len()
+        );
     }
     Ok(())
 }

@@ -66,6 +66,44 @@ fn check_names_what_is_wrong() {
     assert_eq!(json["world"], "sluice:handler/handler@0.1.0");
     assert!(json["size"].as_u64().unwrap() > 1000);
 
+    // What the sandbox will refuse is named.
+    let probe: serde_json::Value = serde_json::from_str(&env.sluice(&[
+        "--json",
+        "check",
+        guest("wasi_probe").to_str().unwrap(),
+    ]))
+    .unwrap();
+    let refused: Vec<&str> = probe["refused"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["import"].as_str().unwrap())
+        .collect();
+    assert!(
+        refused.iter().any(|i| i.starts_with("wasi:filesystem/")),
+        "{probe}"
+    );
+    assert!(
+        refused.iter().any(|i| i.starts_with("wasi:sockets/")),
+        "{probe}"
+    );
+    let text = env.sluice(&["check", guest("wasi_probe").to_str().unwrap()]);
+    assert!(
+        text.contains("(refused: no network access is granted"),
+        "{text}"
+    );
+    let hello: serde_json::Value =
+        serde_json::from_str(&env.sluice(&["--json", "check", guest("hello").to_str().unwrap()]))
+            .unwrap();
+    assert!(
+        hello["refused"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["import"].as_str().unwrap().starts_with("wasi:cli/")),
+        "{hello}"
+    );
+
     let wrong = env.sluice_raw(&["check", guest("wrong_world").to_str().unwrap()]);
     assert!(!wrong.status.success());
     let err = String::from_utf8_lossy(&wrong.stderr);
