@@ -8,6 +8,19 @@
 //! Where new tests go: a new capability gets a new module here; shared
 //! helpers live in `support`.
 
+/// Run each named scenario, a `fn(Env)`, on the embedded broker and on a
+/// Redis of its own: `mod sqlite` and `mod redis` get one test each.
+macro_rules! on_every_broker {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[test] fn $name() { super::$name(crate::support::Env::new()) } )*
+        }
+        mod redis {
+            $( #[test] fn $name() { super::$name(crate::support::Env::redis()) } )*
+        }
+    };
+}
+
 mod bad_input;
 mod conformance;
 mod crash;

@@ -266,18 +266,6 @@ fn reuse_mode_handles_every_message(env: Env) {
     assert_eq!(lines_with(&log, "hello from sluice").len(), 20);
 }
 
-/// Run each scenario on the embedded broker and on a Redis of its own.
-macro_rules! on_every_broker {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $( #[test] fn $name() { super::$name(crate::support::Env::new()) } )*
-        }
-        mod redis {
-            $( #[test] fn $name() { super::$name(crate::support::Env::redis()) } )*
-        }
-    };
-}
-
 on_every_broker!(
     done_acks_and_counts,
     retry_then_done_and_publish_arrives_on_other_queue,

@@ -233,17 +233,6 @@ fn remove_and_readd(env: Env) {
     stop(host);
 }
 
-macro_rules! on_every_broker {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $( #[test] fn $name() { super::$name(crate::support::Env::new()) } )*
-        }
-        mod redis {
-            $( #[test] fn $name() { super::$name(crate::support::Env::redis()) } )*
-        }
-    };
-}
-
 on_every_broker!(
     replace_twenty_times_while_messages_flow,
     broken_files_leave_the_old_version_serving,

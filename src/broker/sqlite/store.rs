@@ -327,53 +327,49 @@ fn release_key(conn: &Connection, d: &Delivery, key: Option<&str>) -> Result<()>
 
 pub(super) fn stats(conn: &Connection, only: Option<&str>) -> Result<Vec<QueueStats>> {
     let now = now_ms() as i64;
-    let mut by_queue: std::collections::BTreeMap<String, QueueStats> = Default::default();
     let filter = if only.is_some() {
         "WHERE queue = ?1"
     } else {
         "WHERE ?1 IS NULL"
     };
-    let sql = format!(
-        "SELECT queue, SUM(visible_at <= ?2), SUM(visible_at > ?2 AND leased = 0), SUM(visible_at > ?2 AND leased = 1)
-         FROM messages {filter} GROUP BY queue"
-    );
-    let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
-    let mut rows = stmt.query(params![only, now]).map_err(storage)?;
-    while let Some(r) = rows.next().map_err(storage)? {
-        let q: String = r.get(0).map_err(storage)?;
-        let s = by_queue.entry(q.clone()).or_insert_with(|| QueueStats {
-            queue: q,
-            ..Default::default()
-        });
-        s.ready = r.get::<_, i64>(1).map_err(storage)? as u64;
-        s.delayed = r.get::<_, i64>(2).map_err(storage)? as u64;
-        s.in_flight = r.get::<_, i64>(3).map_err(storage)? as u64;
-    }
-    drop(rows);
-    let sql = format!("SELECT queue, done, duplicates, retried FROM counters {filter}");
-    let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
-    let mut rows = stmt.query(params![only]).map_err(storage)?;
-    while let Some(r) = rows.next().map_err(storage)? {
-        let q: String = r.get(0).map_err(storage)?;
-        let s = by_queue.entry(q.clone()).or_insert_with(|| QueueStats {
-            queue: q,
-            ..Default::default()
-        });
-        s.done = r.get::<_, i64>(1).map_err(storage)? as u64;
-        s.duplicates = r.get::<_, i64>(2).map_err(storage)? as u64;
-        s.retried = r.get::<_, i64>(3).map_err(storage)? as u64;
-    }
-    drop(rows);
-    let sql = format!("SELECT queue, COUNT(*) FROM dead {filter} GROUP BY queue");
-    let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
-    let mut rows = stmt.query(params![only]).map_err(storage)?;
-    while let Some(r) = rows.next().map_err(storage)? {
-        let q: String = r.get(0).map_err(storage)?;
-        let s = by_queue.entry(q.clone()).or_insert_with(|| QueueStats {
-            queue: q,
-            ..Default::default()
-        });
-        s.dead = r.get::<_, i64>(1).map_err(storage)? as u64;
+    let mut by_queue: std::collections::BTreeMap<String, QueueStats> = Default::default();
+    // Each query yields rows of (queue, counts...); `apply` puts the counts
+    // where they belong.
+    let queries: [(String, fn(&mut QueueStats, &[u64])); 3] = [
+        (
+            format!(
+                "SELECT queue, SUM(visible_at <= ?2), SUM(visible_at > ?2 AND leased = 0),
+                 SUM(visible_at > ?2 AND leased = 1) FROM messages {filter} GROUP BY queue"
+            ),
+            |s, c| (s.ready, s.delayed, s.in_flight) = (c[0], c[1], c[2]),
+        ),
+        (
+            format!(
+                "SELECT queue, done, duplicates, retried FROM counters {filter} AND ?2 IS NOT NULL"
+            ),
+            |s, c| (s.done, s.duplicates, s.retried) = (c[0], c[1], c[2]),
+        ),
+        (
+            format!("SELECT queue, COUNT(*) FROM dead {filter} AND ?2 IS NOT NULL GROUP BY queue"),
+            |s, c| s.dead = c[0],
+        ),
+    ];
+    for (sql, apply) in queries {
+        let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
+        let width = stmt.column_count();
+        let mut rows = stmt.query(params![only, now]).map_err(storage)?;
+        while let Some(r) = rows.next().map_err(storage)? {
+            let queue: String = r.get(0).map_err(storage)?;
+            let counts = (1..width)
+                .map(|i| r.get::<_, Option<i64>>(i).map(|v| v.unwrap_or(0) as u64))
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(storage)?;
+            let s = by_queue.entry(queue.clone()).or_insert_with(|| QueueStats {
+                queue,
+                ..Default::default()
+            });
+            apply(s, &counts);
+        }
     }
     Ok(by_queue.into_values().collect())
 }
