@@ -582,7 +582,7 @@ async fn bench_reload(rounds: usize) {
 
 /// Restart: time until a guest serves its first message with an empty and
 /// with a warm compiled cache.
-async fn bench_restart(name: &str) {
+async fn bench_restart(lang: &str, name: &str) {
     let cache_dir = tempfile::tempdir().unwrap();
     let mut times = Vec::new();
     for label in ["cold", "warm"] {
@@ -594,7 +594,7 @@ async fn bench_restart(name: &str) {
             &runtime,
             &cache,
             name,
-            &guest(name),
+            &guest_in(lang, name),
             DEFAULT_MAX_MESSAGE_SIZE,
         )
         .unwrap();
@@ -603,13 +603,13 @@ async fn bench_restart(name: &str) {
         assert!(r.result.is_ok(), "{name}: {:?}", r.result);
         times.push(elapsed);
         println!(
-            "restart {name:<10} {label} cache: first message after {:>7.1} ms   ({} bytes)",
+            "restart {lang:<6} {name:<10} {label} cache: first message after {:>8.1} ms   ({} bytes)",
             elapsed.as_secs_f64() * 1000.0,
-            std::fs::metadata(guest(name)).unwrap().len()
+            std::fs::metadata(guest_in(lang, name)).unwrap().len()
         );
     }
     println!(
-        "restart {name:<10} warm is {:.1} × faster than cold",
+        "restart {lang:<6} {name:<10} warm is {:.1} × faster than cold",
         times[0].as_secs_f64() / times[1].as_secs_f64()
     );
 }
@@ -637,9 +637,11 @@ fn main() {
             bench_languages(&runtime, 20_000).await;
         }
         if run("restart") {
-            // The largest guest in guests/ (wasi_probe), and the example.
-            bench_restart("wasi_probe").await;
-            bench_restart("orders").await;
+            // The largest guest in guests/ (Python orders), and the Rust ones.
+            bench_restart("python", "orders").await;
+            bench_restart("js", "orders").await;
+            bench_restart("rust", "wasi_probe").await;
+            bench_restart("rust", "orders").await;
         }
         if run("redis") {
             let server = RedisProcess::start();
