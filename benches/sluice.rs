@@ -93,7 +93,11 @@ fn load_in(runtime: &Runtime, lang: &str, name: &str, mode: InstanceMode) -> Han
     )
     .expect("loading guest");
     handler.spec.instance_mode = mode;
-    handler.spec.max_messages_per_instance = u32::MAX;
+    // Reuse an instance for the whole run unless told otherwise.
+    handler.spec.max_messages_per_instance = std::env::var("SLUICE_BENCH_MAX_PER_INSTANCE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u32::MAX);
     handler
 }
 
