@@ -4,6 +4,7 @@
 //!   --messages N      messages per embedded-broker drain (default 100000)
 //!   --redis-messages N messages per Redis drain (default 200000)
 //!   --calls N         calls per invocation benchmark (default 20000)
+//!   --lang L          the guest language of the invocation benchmark (default rust)
 //!   --only NAME       run one section: invoke | drain | languages | redis | reload | restart
 //!
 //! Every figure that has a target is printed next to a baseline measured in
@@ -25,6 +26,7 @@ use sluice::worker::{Dispatch, QueueWorker};
 use tokio::sync::watch;
 
 struct Args {
+    lang: String,
     messages: usize,
     redis_messages: usize,
     calls: usize,
@@ -33,6 +35,7 @@ struct Args {
 
 fn args() -> Args {
     let mut a = Args {
+        lang: "rust".into(),
         messages: 100_000,
         redis_messages: 200_000,
         calls: 20_000,
@@ -53,6 +56,7 @@ fn args() -> Args {
                     .and_then(|v| v.parse().ok())
                     .expect("--redis-messages N")
             }
+            "--lang" => a.lang = it.next().expect("--lang rust|c|python|js"),
             "--calls" => a.calls = it.next().and_then(|v| v.parse().ok()).expect("--calls N"),
             "--only" => a.only = it.next(),
             _ => {} // cargo passes --bench
@@ -119,12 +123,6 @@ fn delivery(i: usize) -> Delivery {
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i].as_secs_f64() * 1e6
-}
-
-/// Instantiate-and-call (fresh) and warm-call (reuse) cost of one guest, one
-/// call at a time.
-async fn bench_invoke(runtime: &Runtime, name: &str, calls: usize) {
-    invoke_costs(runtime, "rust", name, calls, calls).await;
 }
 
 /// Median and p99 per call, fresh and reuse; returns the two medians in µs.
@@ -628,7 +626,7 @@ fn main() {
         let runtime = Runtime::new().unwrap();
         let run = |s: &str| args.only.as_deref().is_none_or(|o| o == s);
         if run("invoke") {
-            bench_invoke(&runtime, "hello", args.calls).await;
+            invoke_costs(&runtime, &args.lang, "hello", args.calls, args.calls).await;
         }
         if run("drain") {
             drains(&runtime, "sqlite", args.messages, async || {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
 use tokio::sync::{Mutex, Notify};
 
 use super::{
@@ -836,9 +836,4 @@ impl std::fmt::Debug for RedisBroker {
             .field("cluster", &self.cluster)
             .finish()
     }
-}
-
-#[allow(dead_code)]
-fn is_noscript(e: &RedisError) -> bool {
-    e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }

@@ -335,7 +335,8 @@ pub(super) fn stats(conn: &Connection, only: Option<&str>) -> Result<Vec<QueueSt
     let mut by_queue: std::collections::BTreeMap<String, QueueStats> = Default::default();
     // Each query yields rows of (queue, counts...); `apply` puts the counts
     // where they belong.
-    let queries: [(String, fn(&mut QueueStats, &[u64])); 3] = [
+    type Apply = fn(&mut QueueStats, &[u64]);
+    let queries: [(String, Apply); 3] = [
         (
             format!(
                 "SELECT queue, SUM(visible_at <= ?2), SUM(visible_at > ?2 AND leased = 0),
