@@ -121,6 +121,7 @@ struct RawRetry {
     jitter: Option<bool>,
     delays: Option<Vec<Dur>>,
     max_guest_delay: Option<Dur>,
+    on_dead: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -169,6 +170,8 @@ pub struct HandlerSpec {
     pub timeout: Duration,
     pub memory: u64,
     pub retry: RetryPolicy,
+    /// Where a notice goes when a message dies (`[retry] on_dead`).
+    pub on_dead: Option<String>,
     pub idempotency: Idempotency,
     pub config: BTreeMap<String, String>,
 }
@@ -225,8 +228,18 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
     if max_messages_per_instance == 0 {
         bail!("field `max_messages_per_instance` must be at least 1");
     }
+    let on_dead = raw.retry.on_dead.clone();
+    if let Some(q) = &on_dead {
+        validate_queue_name(q).map_err(|e| anyhow::anyhow!("field `retry.on_dead`: {e}"))?;
+        if *q == queue {
+            bail!(
+                "field `retry.on_dead` names the handler's own queue {q:?}: a notice would be handled as a message of it"
+            );
+        }
+    }
     Ok(HandlerSpec {
         name: name.to_string(),
+        on_dead,
         queue,
         instance_mode: raw.instance_mode.unwrap_or_default(),
         max_messages_per_instance,
@@ -431,6 +444,21 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("`queue`")
+        );
+        let own = parse("[retry]\non_dead = \"orders\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(own.contains("own queue"), "{own}");
+        let bad = parse("[retry]\non_dead = \"a b\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("retry.on_dead"), "{bad}");
+        assert_eq!(
+            parse("[retry]\non_dead = \"alerts\"\n")
+                .unwrap()
+                .on_dead
+                .as_deref(),
+            Some("alerts")
         );
     }
 

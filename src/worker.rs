@@ -13,7 +13,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::broker::{Broker, ClaimState, KeyClaim, Settlement};
 use crate::config::{HandlerSpec, KeySource};
-use crate::message::{Delivery, now_ms};
+use crate::message::{Delivery, NewMessage, now_ms};
 use crate::policy::{self, Decision, Outcome};
 use crate::runtime::{Handler, Invocation};
 
@@ -184,13 +184,7 @@ impl QueueWorker {
                 policy::over_limit(delivery.attempt, &spec.retry)
             {
                 let error = delivery.last_error.clone();
-                let settlement = Settlement::Dead {
-                    delivery,
-                    reason,
-                    error,
-                    handler_version: Some(self.dispatch.version().to_string()),
-                    key,
-                };
+                let settlement = dead(spec, delivery, reason, error, self.dispatch.version(), key);
                 let _ = settle_tx.send((settlement, permit));
                 continue;
             }
@@ -311,14 +305,41 @@ pub fn settlement_for(
                 _ => None,
             };
             tracing::info!(handler = %spec.name, version, id = %delivery.id, "dead-lettered: {reason}");
-            Settlement::Dead {
-                delivery,
-                reason,
-                error,
-                handler_version: Some(version.to_string()),
-                key,
-            }
+            dead(spec, delivery, reason, error, version, key)
         }
+    }
+}
+
+/// A dead-lettering, with the notice for the handler's `on_dead` queue.
+fn dead(
+    spec: &HandlerSpec,
+    delivery: Delivery,
+    reason: String,
+    error: Option<String>,
+    version: &str,
+    key: Option<String>,
+) -> Settlement {
+    let notice = spec.on_dead.as_ref().map(|queue| {
+        let body = serde_json::json!({
+            "queue": delivery.queue,
+            "id": delivery.id,
+            "key": delivery.key,
+            "reason": reason,
+            "attempts": delivery.attempt,
+            "last_error": error,
+            "handler_version": version,
+        });
+        let mut notice = NewMessage::new(queue.clone(), body.to_string());
+        notice.headers = vec![("dead-letter-of".into(), delivery.id.clone())];
+        notice
+    });
+    Settlement::Dead {
+        delivery,
+        reason,
+        error,
+        handler_version: Some(version.to_string()),
+        key,
+        notice,
     }
 }
 

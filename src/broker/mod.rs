@@ -70,13 +70,16 @@ pub enum Settlement {
     },
     /// Put back for `delay` without counting an attempt (key busy, shutdown).
     Defer { delivery: Delivery, delay: Duration },
-    /// Move to the dead letters. Releases `key`.
+    /// Move to the dead letters. Releases `key`. `notice`, if any, is
+    /// published in the same atomic step that stores the dead letter (the
+    /// handler's `on_dead` hook), and only if it is stored.
     Dead {
         delivery: Delivery,
         reason: String,
         error: Option<String>,
         handler_version: Option<String>,
         key: Option<String>,
+        notice: Option<NewMessage>,
     },
 }
 

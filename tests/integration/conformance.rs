@@ -196,6 +196,7 @@ pub async fn dead_letters_list_show_replay_purge(b: Arc<dyn Broker>) {
             error: Some("last".into()),
             handler_version: Some("v1".into()),
             key: None,
+            notice: None,
         })
         .collect();
     b.settle(dead).await.unwrap();
@@ -333,6 +334,35 @@ pub async fn duplicate_settlement_acks_without_counting_done(b: Arc<dyn Broker>)
     assert_eq!((s.done, s.duplicates, s.pending()), (0, 1, 0));
 }
 
+pub async fn dead_notice_is_published_with_the_dead_letter(b: Arc<dyn Broker>) {
+    b.publish(vec![msg("q", "x"), msg("q", "y")]).await.unwrap();
+    let first = b.receive("q", 1, SHORT).await.unwrap().remove(0);
+    let dead = |d: Delivery, note: &str| Settlement::Dead {
+        delivery: d,
+        reason: "rejected: bad".into(),
+        error: None,
+        handler_version: None,
+        key: None,
+        notice: Some(msg("alerts", note)),
+    };
+    // A lease lost to another consumer: neither the dead letter nor its notice.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let mut again = b.receive("q", 10, SHORT).await.unwrap();
+    again.sort_by_key(|d| d.payload.clone());
+    assert_eq!(again.len(), 2, "x came back after its lease, y is new");
+    b.settle(vec![dead(first, "stale")]).await.unwrap();
+    assert_eq!(b.queue_stats("q").await.unwrap().dead, 0);
+    b.settle(again.into_iter().map(|d| dead(d, "notice")).collect())
+        .await
+        .unwrap();
+    assert_eq!(b.queue_stats("q").await.unwrap().dead, 2);
+    let notices = receive_n(&*b, "alerts", 2).await;
+    assert!(
+        notices.iter().all(|n| n.payload == b"notice"),
+        "only the stored dead letters sent notices"
+    );
+}
+
 pub async fn stats_cover_every_queue(b: Arc<dyn Broker>) {
     let mut later = msg("b", "x");
     later.delay = Duration::from_secs(60);
@@ -364,6 +394,7 @@ macro_rules! conformance {
                 second_done_for_a_key_is_a_duplicate_without_publishes,
                 duplicate_settlement_acks_without_counting_done,
                 stats_cover_every_queue,
+                dead_notice_is_published_with_the_dead_letter,
             );
         }
     };

@@ -266,7 +266,49 @@ fn reuse_mode_handles_every_message(env: Env) {
     assert_eq!(lines_with(&log, "hello from sluice").len(), 20);
 }
 
+fn on_dead_notice_arrives_with_the_dead_letter(env: Env) {
+    env.deploy(
+        "orders",
+        "orders",
+        Some("[retry]\nmax_attempts = 2\ndelays = [\"10ms\"]\non_dead = \"orders_dead\"\n"),
+    );
+    let rejected = env.send("orders", "not json", &[]);
+    let exhausted = env.send("orders", r#"{"id": 3, "always_retry": true}"#, &[]);
+    env.send("orders", r#"{"id": 4}"#, &[]);
+    env.run_until_idle();
+    assert_eq!(env.count("orders", "dead"), 2);
+    let mut notices: Vec<serde_json::Value> = env
+        .drain("orders_dead")
+        .iter()
+        .map(|d| serde_json::from_slice(&d.payload).unwrap())
+        .collect();
+    notices.sort_by_key(|n| n["attempts"].as_u64());
+    assert_eq!(
+        notices.len(),
+        2,
+        "one notice per dead letter, none for the order that was done"
+    );
+    assert_eq!(notices[0]["id"], rejected.as_str());
+    assert_eq!(notices[0]["queue"], "orders");
+    assert_eq!(notices[0]["key"], rejected.as_str());
+    assert!(
+        notices[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("rejected: malformed order")
+    );
+    assert_eq!(notices[0]["attempts"], 1);
+    assert!(notices[0]["last_error"].is_null());
+    assert_eq!(notices[1]["id"], exhausted.as_str());
+    assert_eq!(notices[1]["reason"], "gave up after 2 attempt(s)");
+    assert_eq!(notices[1]["attempts"], 2);
+    assert_eq!(notices[1]["last_error"], "handler asked for a retry");
+    let version = env.dead("orders")[0]["handler_version"].clone();
+    assert_eq!(notices[0]["handler_version"], version);
+}
+
 on_every_broker!(
+    on_dead_notice_arrives_with_the_dead_letter,
     done_acks_and_counts,
     retry_then_done_and_publish_arrives_on_other_queue,
     retry_until_dead_keeps_attempts_and_error,

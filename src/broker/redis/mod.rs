@@ -431,13 +431,7 @@ impl RedisBroker {
                     script.arg(retention).arg(publishes.len());
                     for p in publishes {
                         has_publishes = true;
-                        script
-                            .arg(&p.queue)
-                            .arg(new_id())
-                            .arg(p.key.as_deref().unwrap_or(""))
-                            .arg(&p.payload)
-                            .arg(encode_headers(&p.headers))
-                            .arg(p.delay.as_millis() as u64);
+                        publish_args(&mut script, p);
                     }
                 }
                 Settlement::Duplicate { .. } => {}
@@ -451,12 +445,18 @@ impl RedisBroker {
                     reason,
                     error,
                     handler_version,
+                    notice,
                     ..
                 } => {
                     script
                         .arg(reason)
                         .arg(error.as_deref().unwrap_or(""))
-                        .arg(handler_version.as_deref().unwrap_or(""));
+                        .arg(handler_version.as_deref().unwrap_or(""))
+                        .arg(notice.iter().len());
+                    if let Some(p) = notice {
+                        has_publishes = true;
+                        publish_args(&mut script, p);
+                    }
                 }
             }
         }
@@ -470,6 +470,17 @@ impl RedisBroker {
         }
         Ok(())
     }
+}
+
+/// The six arguments of one publish in the settle script's outbox format.
+fn publish_args(script: &mut redis::ScriptInvocation<'_>, p: &NewMessage) {
+    script
+        .arg(&p.queue)
+        .arg(new_id())
+        .arg(p.key.as_deref().unwrap_or(""))
+        .arg(&p.payload)
+        .arg(encode_headers(&p.headers))
+        .arg(p.delay.as_millis() as u64);
 }
 
 fn encode_headers(headers: &[(String, String)]) -> String {

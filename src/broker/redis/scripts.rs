@@ -142,7 +142,9 @@ return out
 ///   U (duplicate): nothing
 ///   R (retry):     delay ms, error
 ///   F (defer):     delay ms
-///   X (dead):      reason, error, version
+///   X (dead):      reason, error, version, notice count (0 or 1), then 6
+///                  per notice as for D; the notice is written to the outbox
+///                  with the dead letter
 /// A retry, defer or dead whose lease was lost to another consumer is
 /// ignored; a done still records its key so that the other copy becomes a
 /// duplicate, and commits its publishes only if it was first.
@@ -166,6 +168,14 @@ local function remove(entry)
   if not removed[entry] then
     removed[entry] = true
     table.insert(removed_list, entry)
+  end
+end
+-- Append `n` publishes, six ARGV each from `at`, to the outbox.
+local function to_outbox(at, n)
+  for p = 0, n - 1 do
+    local b = at + p * 6
+    redis.call('XADD', O, '*', 'q', ARGV[b], 'i', ARGV[b + 1], 'k', ARGV[b + 2],
+               'p', ARGV[b + 3], 'h', ARGV[b + 4], 'd', ARGV[b + 5])
   end
 end
 local function release(key, id)
@@ -196,11 +206,7 @@ while i <= #ARGV do
     end
     remove(entry)
     if first then
-      for p = 0, npub - 1 do
-        local b = i + p * 6
-        redis.call('XADD', O, '*', 'q', ARGV[b], 'i', ARGV[b + 1], 'k', ARGV[b + 2],
-                   'p', ARGV[b + 3], 'h', ARGV[b + 4], 'd', ARGV[b + 5])
-      end
+      to_outbox(i, npub)
       counts.done = counts.done + 1
     else
       counts.duplicates = counts.duplicates + 1
@@ -233,9 +239,10 @@ while i <= #ARGV do
         set_field(f, kv[1], kv[2])
       end
       redis.call('XADD', D, '*', unpack(f))
+      to_outbox(i + 4, tonumber(ARGV[i + 3]))
     end
     release(key, id)
-    i = i + 3
+    i = i + 4 + tonumber(ARGV[i + 3]) * 6
   else
     return redis.error_reply('unknown settlement kind ' .. tostring(kind))
   end

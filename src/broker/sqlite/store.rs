@@ -236,6 +236,7 @@ pub(super) fn settle(conn: &Connection, settlements: Vec<Settlement>) -> Result<
                 error,
                 handler_version,
                 key,
+                notice,
             } => {
                 if delete_message(conn, &delivery.id, Some(&delivery.receipt))? {
                     let mut stmt = conn
@@ -259,6 +260,7 @@ pub(super) fn settle(conn: &Connection, settlements: Vec<Settlement>) -> Result<
                         handler_version
                     ])
                     .map_err(storage)?;
+                    insert_messages(conn, notice.as_slice(), now as u64)?;
                 }
                 release_key(conn, &delivery, key.as_deref())?;
             }
