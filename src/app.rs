@@ -106,13 +106,7 @@ pub async fn run(
 
 /// This process, as `stats` names it: host name and process id.
 fn host_id() -> String {
-    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let name = name.trim();
-    format!(
-        "{}-{}",
-        if name.is_empty() { "host" } else { name },
-        std::process::id()
-    )
+    format!("{}-{}", crate::message::hostname(), std::process::id())
 }
 
 /// Tell the broker what this host serves and refused, for `sluice stats`.

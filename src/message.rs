@@ -114,6 +114,15 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// This machine's host name, for consumer names and status reports.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".into())
+}
+
 /// A new, time-ordered message id.
 pub fn new_id() -> String {
     uuid::Uuid::now_v7().simple().to_string()

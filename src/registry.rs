@@ -29,8 +29,20 @@ use crate::worker::{QueueWorker, WorkerStats};
 
 /// Short content hash used as a handler's version.
 pub fn content_hash(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    short_hash(&full_hash(bytes))
+}
+
+/// The SHA-256 of `bytes` in hex: the compiled cache's key.
+fn full_hash(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The version: the first 16 hex digits of the full hash.
+fn short_hash(full: &str) -> String {
+    full[..16].to_string()
 }
 
 /// The last refusal of a handler file.
@@ -338,13 +350,11 @@ pub fn load_file(
         ));
     }
     let bytes = std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-    let version = content_hash(&bytes);
-    let full_hash: String = Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    // Hashed once: the full hash keys the cache, its prefix is the version.
+    let full = full_hash(&bytes);
+    let version = short_hash(&full);
     let (component, source) = cache
-        .component(runtime, &bytes, &full_hash)
+        .component(runtime, &bytes, &full)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     if source != Source::Memory {
         tracing::debug!(handler = name, version = %version, ?source, "component ready");

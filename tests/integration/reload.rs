@@ -94,17 +94,24 @@ fn start(env: &Env, log: &Path) -> Child {
     cmd.spawn().unwrap()
 }
 
+/// Deploy the `hello` guest and start a host on it; returns its bytes, the
+/// host's log file and the host, once `hello` serves.
+fn serve_hello(env: &Env) -> (Vec<u8>, std::path::PathBuf, Child) {
+    let hello = std::fs::read(guest("hello")).unwrap();
+    rename_deploy(&env.handlers, "hello", &hello);
+    let log = env.dir.path().join("run.log");
+    let host = start(env, &log);
+    wait_serving(&log, &version_of(&hello));
+    (hello, log, host)
+}
+
 fn stop(mut host: Child) {
     unsafe { libc::kill(host.id() as i32, libc::SIGTERM) };
     assert!(host.wait().unwrap().success());
 }
 
 fn replace_twenty_times_while_messages_flow(env: Env) {
-    let hello = std::fs::read(guest("hello")).unwrap();
-    rename_deploy(&env.handlers, "hello", &hello);
-    let log = env.dir.path().join("run.log");
-    let host = start(&env, &log);
-    wait_serving(&log, &version_of(&hello));
+    let (hello, log, host) = serve_hello(&env);
     let (rt, broker) = env.broker();
     let mut sent = 0u64;
     let mut last = String::new();
@@ -145,12 +152,8 @@ fn replace_twenty_times_while_messages_flow(env: Env) {
 }
 
 fn broken_files_leave_the_old_version_serving(env: Env) {
-    let hello = std::fs::read(guest("hello")).unwrap();
-    rename_deploy(&env.handlers, "hello", &hello);
-    let log = env.dir.path().join("run.log");
-    let host = start(&env, &log);
+    let (hello, log, host) = serve_hello(&env);
     let good = version_of(&hello);
-    wait_serving(&log, &good);
     let wrong = std::fs::read(guest("wrong_world")).unwrap();
     let bad: [(&str, Vec<u8>); 3] = [
         ("not a valid component", hello[..hello.len() / 3].to_vec()),
@@ -204,11 +207,7 @@ fn broken_files_leave_the_old_version_serving(env: Env) {
 }
 
 fn remove_and_readd(env: Env) {
-    let hello = std::fs::read(guest("hello")).unwrap();
-    rename_deploy(&env.handlers, "hello", &hello);
-    let log = env.dir.path().join("run.log");
-    let host = start(&env, &log);
-    wait_serving(&log, &version_of(&hello));
+    let (hello, log, host) = serve_hello(&env);
     std::fs::remove_file(env.handlers.join("hello.wasm")).unwrap();
     wait_until(Duration::from_secs(30), "unloaded", || {
         read(&log).contains("handler unloaded")
@@ -242,11 +241,7 @@ on_every_broker!(
 #[test]
 fn slow_copy_of_a_large_file_is_loaded_once_complete() {
     let env = Env::new();
-    let hello = std::fs::read(guest("hello")).unwrap();
-    rename_deploy(&env.handlers, "hello", &hello);
-    let log = env.dir.path().join("run.log");
-    let host = start(&env, &log);
-    wait_serving(&log, &version_of(&hello));
+    let (hello, log, host) = serve_hello(&env);
     // Several MB, written in pieces over about a second, like a slow `cp`.
     let large = variant(&hello, "large", 6 << 20);
     let mut file = std::fs::OpenOptions::new()
@@ -277,11 +272,7 @@ fn slow_copy_of_a_large_file_is_loaded_once_complete() {
 #[test]
 fn sidecar_change_applies_without_recompiling() {
     let env = Env::new();
-    let hello = std::fs::read(guest("hello")).unwrap();
-    rename_deploy(&env.handlers, "hello", &hello);
-    let log = env.dir.path().join("run.log");
-    let host = start(&env, &log);
-    wait_serving(&log, &version_of(&hello));
+    let (_, log, host) = serve_hello(&env);
     let compiled_before = lines_with(&read(&log), "component ready").len();
     assert_eq!(
         compiled_before, 1,

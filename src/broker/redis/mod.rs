@@ -25,7 +25,7 @@ use super::{
     Broker, BrokerError, ClaimState, DeadLetter, HandlerStatus, KeyClaim, QueueStats,
     ReplaySelector, Result, Settlement,
 };
-use crate::message::{Delivery, NewMessage, new_id};
+use crate::message::{Delivery, NewMessage, hostname, new_id};
 
 mod codec;
 mod scripts;
@@ -382,6 +382,21 @@ impl RedisBroker {
         Ok(out)
     }
 
+    /// The entries of a queue's dead stream, oldest first, at most `count`.
+    async fn read_dead(&self, queue: &str, count: Option<usize>) -> Result<Vec<Fields>> {
+        let mut conn = self.conn.clone();
+        let mut cmd = redis::cmd("XRANGE");
+        cmd.arg(key(queue, "dead")).arg("-").arg("+");
+        if let Some(n) = count {
+            cmd.arg("COUNT").arg(n);
+        }
+        let reply: Value = cmd.query_async(&mut conn).await.map_err(classify)?;
+        Ok(array(&reply)
+            .iter()
+            .filter_map(|e| array(e).get(1).and_then(Fields::parse))
+            .collect())
+    }
+
     async fn settle_queue(&self, queue: &str, settlements: &[Settlement]) -> Result<()> {
         let keys = QueueKeys::new(queue);
         let mut script = scripts::SETTLE.prepare_invoke();
@@ -489,14 +504,6 @@ fn encode_headers(headers: &[(String, String)]) -> String {
     } else {
         serde_json::to_string(headers).expect("string pairs always serialize")
     }
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "host".into())
 }
 
 #[async_trait]
@@ -675,37 +682,16 @@ impl Broker for RedisBroker {
     }
 
     async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<DeadLetter>> {
-        let mut conn = self.conn.clone();
-        let reply: Value = redis::cmd("XRANGE")
-            .arg(key(queue, "dead"))
-            .arg("-")
-            .arg("+")
-            .arg("COUNT")
-            .arg(limit.max(1))
-            .query_async(&mut conn)
-            .await
-            .map_err(classify)?;
-        Ok(array(&reply)
-            .iter()
-            .filter_map(|e| array(e).get(1).and_then(Fields::parse))
-            .map(|f| codec::dead_letter(queue, &f))
-            .collect())
+        let dead = self.read_dead(queue, Some(limit.max(1))).await?;
+        Ok(dead.iter().map(|f| codec::dead_letter(queue, f)).collect())
     }
 
     async fn dead_letter(&self, queue: &str, id: &str) -> Result<Option<DeadLetter>> {
-        let mut conn = self.conn.clone();
-        let reply: Value = redis::cmd("XRANGE")
-            .arg(key(queue, "dead"))
-            .arg("-")
-            .arg("+")
-            .query_async(&mut conn)
-            .await
-            .map_err(classify)?;
-        Ok(array(&reply)
+        let dead = self.read_dead(queue, None).await?;
+        Ok(dead
             .iter()
-            .filter_map(|e| array(e).get(1).and_then(Fields::parse))
             .find(|f| f.get("i") == Some(id.as_bytes()))
-            .map(|f| codec::dead_letter(queue, &f)))
+            .map(|f| codec::dead_letter(queue, f)))
     }
 
     async fn replay(&self, queue: &str, selector: &ReplaySelector) -> Result<u64> {
