@@ -158,9 +158,16 @@ fn three_hosts_share_one_queue() {
         .map(|i| env.dir.path().join(format!("host{i}.log")))
         .collect();
     let hosts: Vec<Child> = logs.iter().map(|l| env.spawn_run(l)).collect();
-    wait_until(Duration::from_secs(120), "all orders done", || {
-        env.count("orders", "done") == N as u64
-    });
+    // Done, and every follow-up relayed out of the outbox (counted in flight
+    // until then), before the hosts stop.
+    wait_until(
+        Duration::from_secs(120),
+        "all orders done and relayed",
+        || {
+            let stats = env.stats();
+            stats["orders"]["done"] == N as u64 && stats["orders"]["in_flight"] == 0
+        },
+    );
     for host in hosts {
         stop(host);
     }
