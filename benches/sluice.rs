@@ -231,7 +231,9 @@ impl Dispatch for NativeNoop {
 }
 
 /// Preload `n` messages of 100 bytes into `broker`, then time one worker
-/// draining them. Returns messages per second.
+/// draining them. Returns messages per second. Besides the rate it prints the
+/// CPU this process spent per message (the sluice side) and, on Redis, what
+/// the server did per message: commands, CPU, and the costliest commands.
 async fn drain(
     label: &str,
     broker: Arc<dyn Broker>,
@@ -247,8 +249,9 @@ async fn drain(
             .collect();
         broker.publish(batch).await.unwrap();
     }
-    let before = redis_commands(&broker_url_of(&broker)).await;
-    let cpu_before = redis_cpu(&broker_url_of(&broker)).await;
+    let url = REDIS_URL.with(|u| u.borrow().clone());
+    let before = RedisSnapshot::take(&url).await;
+    let cpu_before = process_cpu();
     let worker = QueueWorker::new(broker.clone(), dispatch, spec);
     let stats = worker.stats.clone();
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -258,6 +261,8 @@ async fn drain(
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let elapsed = start.elapsed();
+    let cpu = process_cpu() - cpu_before;
+    let after = RedisSnapshot::take(&url).await;
     let _ = stop_tx.send(true);
     task.await.unwrap();
     let q = broker.queue_stats("hello").await.unwrap();
@@ -267,19 +272,34 @@ async fn drain(
         "{label}: every message done"
     );
     let rate = n as f64 / elapsed.as_secs_f64();
+    let per_msg = |x: f64| x * 1e6 / n as f64;
     let mut line = format!(
-        "drain   {label:<28} {rate:>9.0} msg/s   ({n} messages in {:.2} s)",
-        elapsed.as_secs_f64()
+        "drain   {label:<28} {rate:>9.0} msg/s   ({n} messages in {:.2} s; sluice CPU {:.1} µs/msg)",
+        elapsed.as_secs_f64(),
+        per_msg(cpu)
     );
-    if let (Some(before), Some(after)) = (before, redis_commands(&broker_url_of(&broker)).await) {
-        let top = (after.0 - before.0) as f64 / n as f64;
-        let all = (after.1 - before.1) as f64 / n as f64;
+    if let (Some(b), Some(a)) = (before, after) {
+        let all = (a.calls - b.calls) as f64 / n as f64;
         line += &format!(
-            "   redis commands/msg: {top:.3} sent by sluice, {all:.2} counting those inside scripts"
+            "\n        redis: {all:.2} commands/msg (every command: batch reads, MULTI/EXEC and those inside scripts), server CPU {:.1} µs/msg",
+            per_msg(a.cpu - b.cpu)
         );
-    }
-    if let (Some(a), Some(b)) = (cpu_before, redis_cpu(&broker_url_of(&broker)).await) {
-        line += &format!(", redis-server CPU {:.1} µs/msg", (b - a) * 1e6 / n as f64);
+        let mut costs: Vec<(String, f64)> = a
+            .usec
+            .iter()
+            .map(|(name, us)| (name.clone(), us - b.usec.get(name).copied().unwrap_or(0.0)))
+            .filter(|(_, us)| *us > 0.0)
+            .collect();
+        costs.sort_by(|x, y| y.1.total_cmp(&x.1));
+        let costs: Vec<String> = costs
+            .iter()
+            .take(8)
+            .map(|(name, us)| format!("{name} {:.2}", us / n as f64))
+            .collect();
+        line += &format!(
+            "\n        redis µs/msg by command (scripts include their calls): {}",
+            costs.join(", ")
+        );
     }
     println!("{line}");
     rate
@@ -289,72 +309,63 @@ thread_local! {
     static REDIS_URL: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
 }
 
-fn broker_url_of(_: &Arc<dyn Broker>) -> Option<String> {
-    REDIS_URL.with(|u| u.borrow().clone())
+/// CPU seconds (user + system) this process has used.
+fn process_cpu() -> f64 {
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
-/// CPU seconds the Redis server has used, from `INFO cpu`.
-async fn redis_cpu(url: &Option<String>) -> Option<f64> {
-    let client = redis::Client::open(url.as_ref()?.as_str()).ok()?;
-    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-    let info: String = redis::cmd("INFO")
-        .arg("cpu")
-        .query_async(&mut conn)
-        .await
-        .ok()?;
-    let field = |name: &str| -> Option<f64> {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
-    };
-    Some(field("used_cpu_sys")? + field("used_cpu_user")?)
+/// What a Redis server has done so far, from `INFO commandstats` and `INFO cpu`.
+struct RedisSnapshot {
+    /// Every command, including those run inside scripts.
+    calls: u64,
+    /// Microseconds spent per command name.
+    usec: std::collections::HashMap<String, f64>,
+    /// CPU seconds of the server process.
+    cpu: f64,
 }
 
-/// (commands sent by sluice, all commands) from `INFO commandstats`. A
-/// script's own `redis.call`s are counted by Redis too; the first figure
-/// leaves them out by counting only the commands sluice sends itself on the
-/// hot path (scripts, reads, registration). The relay's `XRANGE`/`XDEL`
-/// cannot be told apart from the scripts' and count only in the second.
-async fn redis_commands(url: &Option<String>) -> Option<(u64, u64)> {
-    let url = url.as_ref()?;
-    let client = redis::Client::open(url.as_str()).ok()?;
-    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await
-        .ok()?;
-    let (mut top, mut all) = (0, 0);
-    for line in info.lines() {
-        let Some(rest) = line.strip_prefix("cmdstat_") else {
-            continue;
-        };
-        let (name, fields) = rest.split_once(':')?;
-        let calls: u64 = fields
-            .split(',')
-            .find_map(|f| f.strip_prefix("calls="))?
-            .parse()
+impl RedisSnapshot {
+    async fn take(url: &Option<String>) -> Option<Self> {
+        let client = redis::Client::open(url.as_ref()?.as_str()).ok()?;
+        let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .arg("cpu")
+            .query_async(&mut conn)
+            .await
             .ok()?;
-        all += calls;
-
-        // What sluice sends itself; everything else runs inside its scripts.
-        if matches!(
-            name,
-            "evalsha"
-                | "eval"
-                | "xreadgroup"
-                | "script|load"
-                | "sadd"
-                | "xgroup|create"
-                | "info"
-                | "smembers"
-                | "ping"
-                | "client|setinfo"
-                | "hello"
-        ) {
-            top += calls;
+        let mut snap = RedisSnapshot {
+            calls: 0,
+            usec: Default::default(),
+            cpu: 0.0,
+        };
+        for line in info.lines() {
+            if let Some(v) = line
+                .strip_prefix("used_cpu_sys:")
+                .or(line.strip_prefix("used_cpu_user:"))
+            {
+                snap.cpu += v.trim().parse::<f64>().ok()?;
+            }
+            let Some(rest) = line.strip_prefix("cmdstat_") else {
+                continue;
+            };
+            let (name, fields) = rest.split_once(':')?;
+            let field = |key: &str| -> Option<f64> {
+                fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix(key))?
+                    .parse()
+                    .ok()
+            };
+            let calls = field("calls=")? as u64;
+            snap.calls += calls;
+            snap.usec.insert(name.to_string(), field("usec=")?);
         }
+        Some(snap)
     }
-    Some((top, all))
 }
 
 /// A `redis-server` of the benchmark's own, persistence off, on a free port.
@@ -436,27 +447,34 @@ async fn drains(
     n: usize,
     mut fresh_broker: impl AsyncFnMut() -> Arc<dyn Broker>,
 ) {
-    let spec = tuned(load(runtime, "hello", InstanceMode::Fresh).spec.clone());
-    let native = drain(
-        &format!("{name} native no-op"),
-        fresh_broker().await,
-        Arc::new(NativeNoop),
-        spec,
-        n,
-    )
-    .await;
+    // SLUICE_BENCH_MODES=reuse (say) runs only some of the three, e.g. to
+    // profile one; the ratios need the native one.
+    let modes = std::env::var("SLUICE_BENCH_MODES").unwrap_or("native,fresh,reuse".into());
+    let wanted = |m: &str| modes.split(',').any(|w| w.trim() == m);
+    let mut native = None;
+    if wanted("native") {
+        let spec = tuned(load(runtime, "hello", InstanceMode::Fresh).spec.clone());
+        let label = format!("{name} native no-op");
+        native = Some(drain(&label, fresh_broker().await, Arc::new(NativeNoop), spec, n).await);
+    }
     let mut rates = Vec::new();
     for mode in [InstanceMode::Fresh, InstanceMode::Reuse] {
+        let mode_name = format!("{mode:?}").to_lowercase();
+        if !wanted(&mode_name) {
+            continue;
+        }
         let handler = Arc::new(load(runtime, "hello", mode));
         let spec = tuned(handler.spec.clone());
-        let label = format!("{name} hello {}", format!("{mode:?}").to_lowercase());
+        let label = format!("{name} hello {mode_name}");
         rates.push((
             label.clone(),
             drain(&label, fresh_broker().await, handler, spec, n).await,
         ));
     }
-    for (label, rate) in rates {
-        println!("ratio   {label:<28} {:>9.2} × native", rate / native);
+    if let Some(native) = native {
+        for (label, rate) in rates {
+            println!("ratio   {label:<28} {:>9.2} × native", rate / native);
+        }
     }
 }
 

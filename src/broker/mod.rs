@@ -179,7 +179,7 @@ pub trait Broker: Send + Sync + 'static {
     /// End leases. A settlement whose lease was lost to another consumer is
     /// ignored, except `Done`, which still records its key so the other
     /// consumer's copy becomes a duplicate.
-    async fn settle(&self, settlements: Vec<Settlement>) -> Result<()>;
+    async fn settle(&self, settlements: &[Settlement]) -> Result<()>;
 
     /// Counts for one queue.
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats>;

@@ -111,7 +111,7 @@ pub async fn expired_lease_redelivers_and_counts_an_attempt(b: Arc<dyn Broker>) 
             .contains("lease expired")
     );
     // The first holder lost its lease: its retry is ignored.
-    b.settle(vec![Settlement::Retry {
+    b.settle(&[Settlement::Retry {
         delivery: first,
         delay: Duration::ZERO,
         error: "late".into(),
@@ -127,7 +127,7 @@ pub async fn done_commits_publishes_with_the_ack(b: Arc<dyn Broker>) {
     let d = receive_one(&*b, "q", LEASE).await;
     let mut delayed = msg("later", "p2");
     delayed.delay = Duration::from_secs(60);
-    b.settle(vec![Settlement::Done {
+    b.settle(&[Settlement::Done {
         delivery: d,
         key: None,
         publishes: vec![msg("next", "p1"), delayed],
@@ -143,7 +143,7 @@ pub async fn done_commits_publishes_with_the_ack(b: Arc<dyn Broker>) {
 pub async fn retry_waits_for_its_delay(b: Arc<dyn Broker>) {
     b.publish(vec![msg("q", "x")]).await.unwrap();
     let d = receive_one(&*b, "q", LEASE).await;
-    b.settle(vec![Settlement::Retry {
+    b.settle(&[Settlement::Retry {
         delivery: d,
         delay: Duration::from_millis(300),
         error: "boom".into(),
@@ -175,7 +175,7 @@ pub async fn delayed_publish_is_not_early(b: Arc<dyn Broker>) {
 pub async fn defer_does_not_count_an_attempt(b: Arc<dyn Broker>) {
     b.publish(vec![msg("q", "x")]).await.unwrap();
     let d = receive_one(&*b, "q", LEASE).await;
-    b.settle(vec![Settlement::Defer {
+    b.settle(&[Settlement::Defer {
         delivery: d,
         delay: Duration::ZERO,
     }])
@@ -188,7 +188,7 @@ pub async fn dead_letters_list_show_replay_purge(b: Arc<dyn Broker>) {
     b.publish(vec![msg("q", "a"), msg("q", "b")]).await.unwrap();
     let got = b.receive("q", 10, LEASE).await.unwrap();
     let ids: Vec<String> = got.iter().map(|d| d.id.clone()).collect();
-    let dead = got
+    let dead: Vec<Settlement> = got
         .into_iter()
         .map(|d| Settlement::Dead {
             delivery: d,
@@ -199,7 +199,7 @@ pub async fn dead_letters_list_show_replay_purge(b: Arc<dyn Broker>) {
             notice: None,
         })
         .collect();
-    b.settle(dead).await.unwrap();
+    b.settle(&dead).await.unwrap();
     let list = b.dead_letters("q", 10).await.unwrap();
     assert_eq!(list.iter().map(|d| d.id.clone()).collect::<Vec<_>>(), ids);
     let one = b.dead_letter("q", &ids[0]).await.unwrap().unwrap();
@@ -262,7 +262,7 @@ pub async fn keys_acquire_busy_done_and_release(b: Arc<dyn Broker>) {
         b.claim("q", &[claim("r", &d.id)], LEASE).await.unwrap(),
         [ClaimState::Acquired]
     );
-    b.settle(vec![Settlement::Retry {
+    b.settle(&[Settlement::Retry {
         delivery: d,
         delay: Duration::from_secs(60),
         error: "e".into(),
@@ -279,7 +279,7 @@ pub async fn keys_acquire_busy_done_and_release(b: Arc<dyn Broker>) {
     b.publish(vec![msg("q", "y")]).await.unwrap();
     let d = receive_one(&*b, "q", LEASE).await;
     b.claim("q", &[claim("d", &d.id)], LEASE).await.unwrap();
-    b.settle(vec![Settlement::Done {
+    b.settle(&[Settlement::Done {
         delivery: d,
         key: Some(("d".into(), Duration::from_millis(300))),
         publishes: vec![],
@@ -303,7 +303,7 @@ pub async fn second_done_for_a_key_is_a_duplicate_without_publishes(b: Arc<dyn B
     tokio::time::sleep(Duration::from_millis(250)).await;
     let second = receive_one(&*b, "q", SHORT).await;
     let key = Some(("k".to_string(), Duration::from_secs(60)));
-    b.settle(vec![Settlement::Done {
+    b.settle(&[Settlement::Done {
         delivery: second,
         key: key.clone(),
         publishes: vec![msg("next", "1")],
@@ -311,7 +311,7 @@ pub async fn second_done_for_a_key_is_a_duplicate_without_publishes(b: Arc<dyn B
     .await
     .unwrap();
     // The first holder finishes late: its publishes must not be committed.
-    b.settle(vec![Settlement::Done {
+    b.settle(&[Settlement::Done {
         delivery: first,
         key,
         publishes: vec![msg("next", "2")],
@@ -327,7 +327,7 @@ pub async fn second_done_for_a_key_is_a_duplicate_without_publishes(b: Arc<dyn B
 pub async fn duplicate_settlement_acks_without_counting_done(b: Arc<dyn Broker>) {
     b.publish(vec![msg("q", "x")]).await.unwrap();
     let d = receive_one(&*b, "q", LEASE).await;
-    b.settle(vec![Settlement::Duplicate { delivery: d }])
+    b.settle(&[Settlement::Duplicate { delivery: d }])
         .await
         .unwrap();
     let s = b.queue_stats("q").await.unwrap();
@@ -350,11 +350,10 @@ pub async fn dead_notice_is_published_with_the_dead_letter(b: Arc<dyn Broker>) {
     let mut again = b.receive("q", 10, SHORT).await.unwrap();
     again.sort_by_key(|d| d.payload.clone());
     assert_eq!(again.len(), 2, "x came back after its lease, y is new");
-    b.settle(vec![dead(first, "stale")]).await.unwrap();
+    b.settle(&[dead(first, "stale")]).await.unwrap();
     assert_eq!(b.queue_stats("q").await.unwrap().dead, 0);
-    b.settle(again.into_iter().map(|d| dead(d, "notice")).collect())
-        .await
-        .unwrap();
+    let notices: Vec<Settlement> = again.into_iter().map(|d| dead(d, "notice")).collect();
+    b.settle(&notices).await.unwrap();
     assert_eq!(b.queue_stats("q").await.unwrap().dead, 2);
     let notices = receive_n(&*b, "alerts", 2).await;
     assert!(

@@ -1,56 +1,238 @@
 //! Turning Redis replies into deliveries and dead letters.
+//!
+//! Replies are consumed, not borrowed: a payload moves out of the reply into
+//! the delivery without a copy. Entry fields (see `scripts.rs`) are short and
+//! mostly optional, so a fresh message is just `i` and `p` and costs the
+//! least to store, send and parse.
+
+use std::fmt::Write as _;
 
 use redis::Value;
 
 use crate::broker::DeadLetter;
 use crate::message::{Delivery, now_ms};
 
-/// Field/value pairs of a stream entry.
-pub struct Fields(pub Vec<(String, Vec<u8>)>);
+/// The fields of one stream entry, parsed once.
+#[derive(Debug, Default)]
+pub struct Entry {
+    /// The stream entry id, e.g. `1796106278455-0`.
+    pub entry: String,
+    pub id: String,
+    /// The idempotency key when it is not the id.
+    pub key: Option<String>,
+    pub payload: Vec<u8>,
+    pub headers: Option<Vec<u8>>,
+    /// When the message was first enqueued; when absent, the entry id's time.
+    pub enqueued_at_ms: Option<u64>,
+    /// Attempts spent before this entry was written.
+    pub attempts: u64,
+    pub last_error: Option<String>,
+    /// Dead letters only: reason, handler version, attempts, died at.
+    pub reason: Option<String>,
+    pub version: Option<String>,
+    pub dead_attempts: u64,
+    pub died_at_ms: Option<u64>,
+}
 
-impl Fields {
-    pub fn parse(v: &Value) -> Option<Fields> {
-        let items = match v {
-            Value::Array(items) => items,
-            _ => return None,
+impl Entry {
+    /// `[entry id, [field, value, ...]]`, as XRANGE and XREADGROUP give it.
+    /// `None` for an entry that was deleted while pending (no fields).
+    pub fn parse(v: Value) -> Option<Entry> {
+        let mut parts = into_array(v).into_iter();
+        let entry = into_string(parts.next()?)?;
+        let fields = into_array(parts.next()?);
+        if fields.is_empty() {
+            return None;
+        }
+        let mut e = Entry {
+            entry,
+            ..Entry::default()
         };
-        let mut out = Vec::with_capacity(items.len() / 2);
-        for pair in items.chunks(2) {
-            if let [k, v] = pair {
-                out.push((text(k)?, bytes(v)?));
+        let mut it = fields.into_iter();
+        while let (Some(name), Some(value)) = (it.next(), it.next()) {
+            let Some(value) = into_bytes(value) else {
+                continue;
+            };
+            match bulk(&name) {
+                Some(b"i") => e.id = utf8(value),
+                Some(b"p") => e.payload = value,
+                Some(b"k") => e.key = Some(utf8(value)).filter(|k| !k.is_empty()),
+                Some(b"h") => e.headers = Some(value).filter(|h| !h.is_empty()),
+                Some(b"t") => e.enqueued_at_ms = number(&value),
+                Some(b"a") => e.attempts = number(&value).unwrap_or(0),
+                Some(b"e") => e.last_error = Some(utf8(value)).filter(|s| !s.is_empty()),
+                Some(b"r") => e.reason = Some(utf8(value)),
+                Some(b"v") => e.version = Some(utf8(value)).filter(|s| !s.is_empty()),
+                Some(b"n") => e.dead_attempts = number(&value).unwrap_or(0),
+                Some(b"x") => e.died_at_ms = number(&value),
+                _ => {}
             }
         }
-        Some(Fields(out))
+        Some(e)
     }
 
-    pub fn get(&self, name: &str) -> Option<&[u8]> {
-        self.0
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_slice())
+    fn key(&mut self) -> String {
+        self.key.take().unwrap_or_else(|| self.id.clone())
     }
 
-    pub fn text(&self, name: &str) -> String {
-        self.get(name)
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-            .unwrap_or_default()
+    fn enqueued(&self) -> u64 {
+        self.enqueued_at_ms
+            .unwrap_or_else(|| entry_time(&self.entry))
     }
 
-    pub fn number(&self, name: &str) -> u64 {
-        self.text(name).parse().unwrap_or(0)
-    }
-
-    /// A non-empty text field.
-    pub fn optional(&self, name: &str) -> Option<String> {
-        Some(self.text(name)).filter(|s| !s.is_empty())
-    }
-
-    pub fn headers(&self) -> Vec<(String, String)> {
-        self.get("h")
-            .filter(|h| !h.is_empty())
+    fn headers(&self) -> Vec<(String, String)> {
+        self.headers
+            .as_deref()
             .and_then(|h| serde_json::from_slice(h).ok())
             .unwrap_or_default()
     }
+
+    /// The delivery of this entry on its `count`-th delivery.
+    pub fn into_delivery(mut self, queue: &str, count: u64, lease_until_ms: u64) -> Delivery {
+        let attempt = (self.attempts + count) as u32;
+        let last_error = if count > 1 {
+            Some(format!(
+                "lease expired: attempt {} was not settled in time (host stopped or lost)",
+                attempt - 1
+            ))
+        } else {
+            self.last_error.take()
+        };
+        let mut receipt = String::with_capacity(self.entry.len() + 4);
+        receipt.push_str(&self.entry);
+        let _ = write!(receipt, " {count}");
+        Delivery {
+            key: self.key(),
+            headers: self.headers(),
+            enqueued_at_ms: self.enqueued(),
+            id: self.id,
+            queue: queue.to_string(),
+            payload: self.payload,
+            attempt,
+            last_error,
+            receipt,
+            lease_until_ms,
+        }
+    }
+
+    pub fn into_dead_letter(mut self, queue: &str) -> DeadLetter {
+        DeadLetter {
+            key: self.key(),
+            headers: self.headers(),
+            enqueued_at_ms: self.enqueued(),
+            died_at_ms: self.died_at_ms.unwrap_or_else(|| entry_time(&self.entry)),
+            id: self.id,
+            queue: queue.to_string(),
+            payload: self.payload,
+            attempts: self.dead_attempts as u32,
+            reason: self.reason.unwrap_or_default(),
+            last_error: self.last_error,
+            handler_version: self.version,
+        }
+    }
+}
+
+/// A publish held in a queue's outbox until the relay moves it: fields `q`
+/// target queue, `i` id, `k` key, `p` payload, `h` headers, `d` delay ms.
+#[derive(Debug, Default)]
+pub struct Held {
+    pub entry: String,
+    pub queue: String,
+    pub id: String,
+    pub key: Vec<u8>,
+    pub payload: Vec<u8>,
+    pub headers: Vec<u8>,
+    pub delay_ms: u64,
+}
+
+impl Held {
+    pub fn parse(v: Value) -> Option<Held> {
+        let mut parts = into_array(v).into_iter();
+        let mut h = Held {
+            entry: into_string(parts.next()?)?,
+            ..Held::default()
+        };
+        let mut it = into_array(parts.next()?).into_iter();
+        while let (Some(name), Some(value)) = (it.next(), it.next()) {
+            let Some(value) = into_bytes(value) else {
+                continue;
+            };
+            match bulk(&name) {
+                Some(b"q") => h.queue = utf8(value),
+                Some(b"i") => h.id = utf8(value),
+                Some(b"k") => h.key = value,
+                Some(b"p") => h.payload = value,
+                Some(b"h") => h.headers = value,
+                Some(b"d") => h.delay_ms = number(&value).unwrap_or(0),
+                _ => {}
+            }
+        }
+        Some(h).filter(|h| !h.queue.is_empty() && !h.id.is_empty())
+    }
+}
+
+/// The deliveries in an `XREADGROUP` reply, each on its first delivery.
+pub fn read_reply(reply: Value, queue: &str, lease_ms: u64) -> Vec<Delivery> {
+    let lease_until = now_ms() + lease_ms;
+    let mut out = Vec::new();
+    for stream in into_array(reply) {
+        let Some(entries) = into_array(stream).into_iter().nth(1) else {
+            continue;
+        };
+        let entries = into_array(entries);
+        out.reserve(entries.len());
+        for entry in entries {
+            if let Some(e) = Entry::parse(entry) {
+                out.push(e.into_delivery(queue, 1, lease_until));
+            }
+        }
+    }
+    out
+}
+
+/// The time part of a stream entry id, in milliseconds.
+fn entry_time(entry: &str) -> u64 {
+    entry
+        .split_once('-')
+        .map_or(entry, |(ms, _)| ms)
+        .parse()
+        .unwrap_or(0)
+}
+
+fn utf8(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+fn number(bytes: &[u8]) -> Option<u64> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+fn bulk(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+pub fn into_array(v: Value) -> Vec<Value> {
+    match v {
+        Value::Array(items) => items,
+        _ => Vec::new(),
+    }
+}
+
+pub fn into_bytes(v: Value) -> Option<Vec<u8>> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.into_bytes()),
+        Value::Int(i) => Some(i.to_string().into_bytes()),
+        _ => None,
+    }
+}
+
+pub fn into_string(v: Value) -> Option<String> {
+    into_bytes(v).map(utf8)
 }
 
 pub fn text(v: &Value) -> Option<String> {
@@ -59,15 +241,6 @@ pub fn text(v: &Value) -> Option<String> {
         Value::SimpleString(s) => Some(s.clone()),
         Value::Int(i) => Some(i.to_string()),
         Value::Okay => Some("OK".into()),
-        _ => None,
-    }
-}
-
-pub fn bytes(v: &Value) -> Option<Vec<u8>> {
-    match v {
-        Value::BulkString(b) => Some(b.clone()),
-        Value::SimpleString(s) => Some(s.clone().into_bytes()),
-        Value::Int(i) => Some(i.to_string().into_bytes()),
         _ => None,
     }
 }
@@ -86,49 +259,67 @@ pub fn array(v: &Value) -> &[Value] {
     }
 }
 
-/// A delivery of stream entry `entry` on its `count`-th delivery.
-pub fn delivery(queue: &str, entry: &str, fields: &Fields, count: u64, lease_ms: u64) -> Delivery {
-    let before = fields.number("a");
-    let attempt = (before + count) as u32;
-    let last_error = if count > 1 {
-        Some(format!(
-            "lease expired: attempt {} was not settled in time (host stopped or lost)",
-            attempt - 1
-        ))
-    } else {
-        fields.optional("e")
-    };
-    Delivery {
-        id: fields.text("i"),
-        queue: queue.to_string(),
-        key: fields.text("k"),
-        payload: fields.get("p").map(<[u8]>::to_vec).unwrap_or_default(),
-        headers: fields.headers(),
-        attempt,
-        enqueued_at_ms: fields.number("t"),
-        last_error,
-        receipt: format!("{entry} {count}"),
-        lease_until_ms: now_ms() + lease_ms,
-    }
-}
-
 /// The stream entry id and delivery count a receipt stands for.
 pub fn parse_receipt(receipt: &str) -> (&str, &str) {
     receipt.split_once(' ').unwrap_or((receipt, "1"))
 }
 
-pub fn dead_letter(queue: &str, fields: &Fields) -> DeadLetter {
-    DeadLetter {
-        id: fields.text("i"),
-        queue: queue.to_string(),
-        key: fields.text("k"),
-        payload: fields.get("p").map(<[u8]>::to_vec).unwrap_or_default(),
-        headers: fields.headers(),
-        attempts: fields.number("n") as u32,
-        enqueued_at_ms: fields.number("t"),
-        died_at_ms: fields.number("x"),
-        reason: fields.text("r"),
-        last_error: fields.optional("e"),
-        handler_version: fields.optional("v"),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &[u8]) -> Value {
+        Value::BulkString(s.to_vec())
+    }
+
+    fn entry(id: &str, fields: &[(&str, &[u8])]) -> Value {
+        let mut f = Vec::new();
+        for (k, v) in fields {
+            f.push(bulk(k.as_bytes()));
+            f.push(bulk(v));
+        }
+        Value::Array(vec![bulk(id.as_bytes()), Value::Array(f)])
+    }
+
+    #[test]
+    fn a_fresh_entry_takes_its_key_and_time_from_id_and_entry() {
+        let v = entry("1700000000123-4", &[("i", b"m1"), ("p", b"body")]);
+        let d = Entry::parse(v).unwrap().into_delivery("q", 1, 99);
+        assert_eq!((d.id.as_str(), d.key.as_str()), ("m1", "m1"));
+        assert_eq!(d.enqueued_at_ms, 1_700_000_000_123);
+        assert_eq!((d.attempt, d.payload.as_slice()), (1, &b"body"[..]));
+        assert_eq!(d.receipt, "1700000000123-4 1");
+        assert!(d.headers.is_empty() && d.last_error.is_none());
+    }
+
+    #[test]
+    fn a_requeued_entry_keeps_its_fields_and_counts_attempts() {
+        let v = entry(
+            "5-0",
+            &[
+                ("i", b"m1"),
+                ("k", b"order-7"),
+                ("p", b""),
+                ("h", br#"[["a","b"]]"#),
+                ("t", b"3"),
+                ("a", b"2"),
+                ("e", b"boom"),
+            ],
+        );
+        let d = Entry::parse(v).unwrap().into_delivery("q", 1, 0);
+        assert_eq!(d.key, "order-7");
+        assert_eq!(d.headers, vec![("a".to_string(), "b".to_string())]);
+        assert_eq!((d.enqueued_at_ms, d.attempt), (3, 3));
+        assert_eq!(d.last_error.as_deref(), Some("boom"));
+        let again = entry("5-0", &[("i", b"m1"), ("p", b""), ("a", b"2")]);
+        let d = Entry::parse(again).unwrap().into_delivery("q", 2, 0);
+        assert_eq!(d.attempt, 4);
+        assert!(d.last_error.unwrap().contains("lease expired: attempt 3"));
+    }
+
+    #[test]
+    fn an_entry_deleted_while_pending_is_skipped() {
+        let v = Value::Array(vec![bulk(b"1-0"), Value::Nil]);
+        assert!(Entry::parse(v).is_none());
     }
 }

@@ -25,12 +25,12 @@ use super::{
     Broker, BrokerError, ClaimState, DeadLetter, HandlerStatus, KeyClaim, QueueStats,
     ReplaySelector, Result, Settlement,
 };
-use crate::message::{Delivery, NewMessage, hostname, new_id};
+use crate::message::{Delivery, NewMessage, hostname, new_id, now_ms};
 
 mod codec;
 mod scripts;
 
-use codec::{Fields, array, int, text};
+use codec::{Entry, array, int, text};
 
 /// The consumer group every host joins.
 const GROUP: &str = "sluice";
@@ -47,6 +47,17 @@ const RELAY_MARKER_TTL: Duration = Duration::from_secs(24 * 3600);
 
 fn key(queue: &str, part: &str) -> String {
     format!("sluice:{{{queue}}}:{part}")
+}
+
+/// The idempotency key `k` of `queue`.
+fn idem_key(queue: &str, k: &str) -> String {
+    format!("sluice:{{{queue}}}:key:{k}")
+}
+
+/// What an idempotency key holds while `message_id` is being handled; once
+/// done it holds `D:` and the id.
+fn lease_value(message_id: &str) -> String {
+    format!("L:{message_id}")
 }
 
 /// The keys of one queue, in the order the scripts expect them.
@@ -313,29 +324,7 @@ impl RedisBroker {
             }
             Err(e) => return Err(classify(e)),
         };
-        let mut out = Vec::new();
-        for stream in array(&reply) {
-            let parts = array(stream);
-            let Some(entries) = parts.get(1) else {
-                continue;
-            };
-            for entry in array(entries) {
-                let e = array(entry);
-                let (Some(id), Some(fields)) =
-                    (e.first().and_then(text), e.get(1).and_then(Fields::parse))
-                else {
-                    continue;
-                };
-                out.push(codec::delivery(
-                    queue,
-                    &id,
-                    &fields,
-                    1,
-                    lease.as_millis() as u64,
-                ));
-            }
-        }
-        Ok(out)
+        Ok(codec::read_reply(reply, queue, lease.as_millis() as u64))
     }
 
     async fn maintain(
@@ -359,31 +348,27 @@ impl RedisBroker {
             .invoke_async(&mut conn)
             .await
             .map_err(classify)?;
-        let parts = array(&reply);
-        reader.cursor = parts.first().and_then(text).unwrap_or_else(|| "0-0".into());
+        let mut parts = codec::into_array(reply).into_iter();
+        reader.cursor = parts
+            .next()
+            .and_then(codec::into_string)
+            .unwrap_or_else(|| "0-0".into());
+        let lease_until = now_ms() + lease.as_millis() as u64;
         let mut out = Vec::new();
-        for item in parts.get(1).map(array).unwrap_or_default() {
-            let e = array(item);
-            let (Some(id), Some(fields), Some(count)) = (
-                e.first().and_then(text),
-                e.get(1).and_then(Fields::parse),
-                e.get(2).and_then(int),
-            ) else {
-                continue;
-            };
-            out.push(codec::delivery(
-                queue,
-                &id,
-                &fields,
-                count,
-                lease.as_millis() as u64,
-            ));
+        for item in parts.next().map(codec::into_array).unwrap_or_default() {
+            // {entry id, fields, delivery count}
+            let mut e = codec::into_array(item);
+            let count = e.get(2).and_then(int);
+            e.truncate(2);
+            if let (Some(count), Some(entry)) = (count, Entry::parse(Value::Array(e))) {
+                out.push(entry.into_delivery(queue, count, lease_until));
+            }
         }
         Ok(out)
     }
 
     /// The entries of a queue's dead stream, oldest first, at most `count`.
-    async fn read_dead(&self, queue: &str, count: Option<usize>) -> Result<Vec<Fields>> {
+    async fn read_dead(&self, queue: &str, count: Option<usize>) -> Result<Vec<Entry>> {
         let mut conn = self.conn.clone();
         let mut cmd = redis::cmd("XRANGE");
         cmd.arg(key(queue, "dead")).arg("-").arg("+");
@@ -391,13 +376,84 @@ impl RedisBroker {
             cmd.arg("COUNT").arg(n);
         }
         let reply: Value = cmd.query_async(&mut conn).await.map_err(classify)?;
-        Ok(array(&reply)
-            .iter()
-            .filter_map(|e| array(e).get(1).and_then(Fields::parse))
+        Ok(codec::into_array(reply)
+            .into_iter()
+            .filter_map(Entry::parse)
             .collect())
     }
 
-    async fn settle_queue(&self, queue: &str, settlements: &[Settlement]) -> Result<()> {
+    /// Settle acks that need no decision inside Redis: done with an
+    /// idempotency key and nothing to publish, and duplicates. One
+    /// `MULTI`/`EXEC` records the keys, acks and deletes the entries and
+    /// counts them. A key that turns out to be done already (another delivery
+    /// won a race after a lease ran out) was counted as done; a second step
+    /// moves those counts to `duplicates`.
+    async fn settle_plain(&self, queue: &str, plain: &[&Settlement]) -> Result<()> {
+        let keys = QueueKeys::new(queue);
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        let mut entries = Vec::with_capacity(plain.len());
+        let (mut done, mut duplicates) = (0u64, 0u64);
+        for s in plain {
+            let d = s.delivery();
+            entries.push(codec::parse_receipt(&d.receipt).0);
+            match s {
+                Settlement::Done {
+                    key: Some((k, retention)),
+                    ..
+                } => {
+                    pipe.cmd("SET")
+                        .arg(idem_key(queue, k))
+                        .arg(format!("D:{}", d.id))
+                        .arg("PX")
+                        .arg(retention.as_millis() as u64)
+                        .arg("GET");
+                    done += 1;
+                }
+                _ => duplicates += 1,
+            }
+        }
+        pipe.cmd("XACK")
+            .arg(&keys.stream)
+            .arg(GROUP)
+            .arg(&entries)
+            .ignore();
+        pipe.cmd("XDEL").arg(&keys.stream).arg(&entries).ignore();
+        for (name, n) in [("done", done), ("duplicates", duplicates)] {
+            if n > 0 {
+                pipe.cmd("HINCRBY")
+                    .arg(&keys.counters)
+                    .arg(name)
+                    .arg(n)
+                    .ignore();
+            }
+        }
+        let mut conn = self.conn.clone();
+        let before: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
+        let late = before
+            .iter()
+            .filter(|v| matches!(v, Value::BulkString(b) if b.starts_with(b"D:")))
+            .count() as i64;
+        if late > 0 {
+            redis::pipe()
+                .cmd("HINCRBY")
+                .arg(&keys.counters)
+                .arg("done")
+                .arg(-late)
+                .ignore()
+                .cmd("HINCRBY")
+                .arg(&keys.counters)
+                .arg("duplicates")
+                .arg(late)
+                .ignore()
+                .query_async::<()>(&mut conn)
+                .await
+                .map_err(classify)?;
+        }
+        Ok(())
+    }
+
+    async fn settle_queue(&self, queue: &str, settlements: &[&Settlement]) -> Result<()> {
         let keys = QueueKeys::new(queue);
         let mut script = scripts::SETTLE.prepare_invoke();
         script
@@ -420,7 +476,7 @@ impl RedisBroker {
             };
             let kidx = match key {
                 Some(k) => {
-                    script.key(self::key(queue, &format!("key:{k}")));
+                    script.key(idem_key(queue, k));
                     idem_keys += 1;
                     idem_keys
                 }
@@ -487,6 +543,15 @@ impl RedisBroker {
     }
 }
 
+/// Whether a settlement only acks: see [`RedisBroker::settle_plain`].
+fn is_plain(s: &Settlement) -> bool {
+    match s {
+        Settlement::Done { key, publishes, .. } => key.is_some() && publishes.is_empty(),
+        Settlement::Duplicate { .. } => true,
+        _ => false,
+    }
+}
+
 /// The six arguments of one publish in the settle script's outbox format.
 fn publish_args(script: &mut redis::ScriptInvocation<'_>, p: &NewMessage) {
     script
@@ -529,15 +594,15 @@ impl Broker for RedisBroker {
                 script
                     .key(&keys.stream)
                     .key(&keys.delayed)
-                    .key(&keys.bodies);
+                    .key(&keys.bodies)
+                    .arg(0);
                 for (id, m) in chunk {
                     script
                         .arg(id)
-                        .arg(m.key.as_deref().unwrap_or(id))
+                        .arg(m.key.as_deref().unwrap_or(""))
                         .arg(&m.payload)
                         .arg(encode_headers(&m.headers))
-                        .arg(m.delay.as_millis() as u64)
-                        .arg(0);
+                        .arg(m.delay.as_millis() as u64);
                 }
                 script
                     .invoke_async::<()>(&mut conn)
@@ -591,36 +656,78 @@ impl Broker for RedisBroker {
         if claims.is_empty() {
             return Ok(Vec::new());
         }
-        let mut script = scripts::CLAIM.prepare_invoke();
-        script.arg(lease.as_millis() as u64);
+        // One plain `SET NX GET` per key, pipelined: cheaper for Redis than
+        // the same commands inside a script, and it answers in one go.
+        let lease_ms = lease.as_millis() as u64;
+        let mut pipe = redis::pipe();
         for c in claims {
-            script
-                .key(key(queue, &format!("key:{}", c.key)))
-                .arg(&c.message_id);
+            pipe.cmd("SET")
+                .arg(idem_key(queue, &c.key))
+                .arg(lease_value(&c.message_id))
+                .arg("NX")
+                .arg("GET")
+                .arg("PX")
+                .arg(lease_ms);
         }
         let mut conn = self.conn.clone();
-        let states: Vec<i64> = script.invoke_async(&mut conn).await.map_err(classify)?;
-        Ok(states
-            .into_iter()
-            .map(|s| match s {
-                0 => ClaimState::Acquired,
-                1 => ClaimState::AlreadyDone,
+        let before: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
+        let mut states = Vec::with_capacity(claims.len());
+        let mut extend = redis::pipe();
+        let mut extending = false;
+        for (c, held) in claims.iter().zip(before) {
+            let state = match held {
+                Value::Nil => ClaimState::Acquired,
+                Value::BulkString(v) if v.starts_with(b"D:") => ClaimState::AlreadyDone,
+                // This message's own earlier lease (it was delivered again):
+                // take the key over for the new lease.
+                Value::BulkString(v) if v[..] == *lease_value(&c.message_id).as_bytes() => {
+                    extend
+                        .cmd("PEXPIRE")
+                        .arg(idem_key(queue, &c.key))
+                        .arg(lease_ms)
+                        .ignore();
+                    extending = true;
+                    ClaimState::Acquired
+                }
                 _ => ClaimState::Busy,
-            })
-            .collect())
+            };
+            states.push(state);
+        }
+        if extending {
+            extend
+                .query_async::<()>(&mut conn)
+                .await
+                .map_err(classify)?;
+        }
+        Ok(states)
     }
 
-    async fn settle(&self, settlements: Vec<Settlement>) -> Result<()> {
-        let mut by_queue: Vec<(String, Vec<Settlement>)> = Vec::new();
+    async fn settle(&self, settlements: &[Settlement]) -> Result<()> {
+        // Per queue, the settlements that only ack go without a script.
+        let mut by_queue: Vec<(&str, Vec<&Settlement>, Vec<&Settlement>)> = Vec::new();
         for s in settlements {
-            let q = s.delivery().queue.clone();
-            match by_queue.iter_mut().find(|(name, _)| *name == q) {
-                Some((_, list)) => list.push(s),
-                None => by_queue.push((q, vec![s])),
+            let q = s.delivery().queue.as_str();
+            let at = match by_queue.iter().position(|(name, _, _)| *name == q) {
+                Some(i) => i,
+                None => {
+                    by_queue.push((q, Vec::new(), Vec::new()));
+                    by_queue.len() - 1
+                }
+            };
+            let (_, plain, scripted) = &mut by_queue[at];
+            if is_plain(s) {
+                plain.push(s);
+            } else {
+                scripted.push(s);
             }
         }
-        for (queue, list) in by_queue {
-            self.settle_queue(&queue, &list).await?;
+        for (queue, plain, scripted) in by_queue {
+            if !plain.is_empty() {
+                self.settle_plain(queue, &plain).await?;
+            }
+            if !scripted.is_empty() {
+                self.settle_queue(queue, &scripted).await?;
+            }
         }
         Ok(())
     }
@@ -683,15 +790,18 @@ impl Broker for RedisBroker {
 
     async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<DeadLetter>> {
         let dead = self.read_dead(queue, Some(limit.max(1))).await?;
-        Ok(dead.iter().map(|f| codec::dead_letter(queue, f)).collect())
+        Ok(dead
+            .into_iter()
+            .map(|e| e.into_dead_letter(queue))
+            .collect())
     }
 
     async fn dead_letter(&self, queue: &str, id: &str) -> Result<Option<DeadLetter>> {
         let dead = self.read_dead(queue, None).await?;
         Ok(dead
-            .iter()
-            .find(|f| f.get("i") == Some(id.as_bytes()))
-            .map(|f| codec::dead_letter(queue, f)))
+            .into_iter()
+            .find(|e| e.id == id)
+            .map(|e| e.into_dead_letter(queue)))
     }
 
     async fn replay(&self, queue: &str, selector: &ReplaySelector) -> Result<u64> {
@@ -777,50 +887,53 @@ async fn relay_queue(mut conn: Conn, queue: &str) -> redis::RedisResult<()> {
             .arg("-")
             .arg("+")
             .arg("COUNT")
-            .arg(200)
+            .arg(500)
             .query_async(&mut conn)
             .await?;
-        let entries = array(&reply);
-        if entries.is_empty() {
+        let held: Vec<codec::Held> = codec::into_array(reply)
+            .into_iter()
+            .filter_map(codec::Held::parse)
+            .collect();
+        if held.is_empty() {
             return Ok(());
         }
-        let mut done = Vec::with_capacity(entries.len());
-        let mut targets = BTreeSet::new();
-        for entry in entries {
-            let e = array(entry);
-            let (Some(entry_id), Some(f)) =
-                (e.first().and_then(text), e.get(1).and_then(Fields::parse))
-            else {
-                continue;
-            };
-            let target = f.text("q");
-            let id = f.text("i");
-            let keys = QueueKeys::new(&target);
-            let k = f.text("k");
-            scripts::PUBLISH
+        // One script per target queue: its keys share that queue's slot.
+        let mut by_target: Vec<(&str, Vec<&codec::Held>)> = Vec::new();
+        for h in &held {
+            match by_target.iter_mut().find(|(q, _)| *q == h.queue) {
+                Some((_, list)) => list.push(h),
+                None => by_target.push((&h.queue, vec![h])),
+            }
+        }
+        for (target, list) in &by_target {
+            let keys = QueueKeys::new(target);
+            let mut script = scripts::PUBLISH.prepare_invoke();
+            script
                 .key(&keys.stream)
                 .key(&keys.delayed)
                 .key(&keys.bodies)
-                .key(key(&target, &format!("relayed:{id}")))
-                .arg(&id)
-                .arg(if k.is_empty() { id.clone() } else { k })
-                .arg(f.get("p").unwrap_or_default())
-                .arg(f.get("h").unwrap_or_default())
-                .arg(f.number("d"))
-                .arg(RELAY_MARKER_TTL.as_millis() as u64)
-                .invoke_async::<()>(&mut conn)
-                .await?;
-            targets.insert(target);
-            done.push(entry_id);
+                .arg(RELAY_MARKER_TTL.as_millis() as u64);
+            for h in list {
+                script
+                    .key(key(target, &format!("relayed:{}", h.id)))
+                    .arg(&h.id)
+                    .arg(&h.key)
+                    .arg(&h.payload)
+                    .arg(&h.headers)
+                    .arg(h.delay_ms);
+            }
+            script.invoke_async::<()>(&mut conn).await?;
         }
+        let targets: Vec<&str> = by_target.iter().map(|(q, _)| *q).collect();
         redis::cmd("SADD")
             .arg(QUEUES_KEY)
-            .arg(targets.into_iter().collect::<Vec<_>>())
+            .arg(&targets)
             .query_async::<()>(&mut conn)
             .await?;
+        let entries: Vec<&str> = held.iter().map(|h| h.entry.as_str()).collect();
         redis::cmd("XDEL")
             .arg(&outbox)
-            .arg(&done)
+            .arg(&entries)
             .query_async::<()>(&mut conn)
             .await?;
     }

@@ -7,9 +7,20 @@
 //!
 //! A message lives in exactly one place at a time: an entry of the queue's
 //! stream (ready or leased), a packed body in the `bodies` hash plus a score
-//! in the `delayed` sorted set, or an entry of the `dead` stream. Entry fields:
-//! `i` id, `k` key, `p` payload, `h` headers (JSON), `t` enqueued at (ms),
-//! `a` attempts before this entry, `e` last error.
+//! in the `delayed` sorted set, or an entry of the `dead` stream.
+//!
+//! Entry fields are short and written only when they say something, because
+//! every field is stored, sent and parsed once per delivery: `i` id and `p`
+//! payload always; `k` key (when it is not the id), `h` headers (JSON, when
+//! there are any), `t` enqueued at in ms (when the entry was written later
+//! than the message was enqueued; otherwise the entry id's time), `a`
+//! attempts before this entry (when not 0), `e` last error. Dead letters add
+//! `r` reason, `v` handler version, `n` attempts and `x` died at.
+//!
+//! The hot path of a batch that only acks (done with an idempotency key and
+//! no publishes, or duplicates) runs without a script: see `settle_plain`
+//! in `mod.rs`. Scripts cost Redis a Lua call per command, which is more than
+//! the command itself.
 
 use std::sync::LazyLock;
 
@@ -32,6 +43,10 @@ local function get_field(f, name)
   end
   return nil
 end
+-- Before an entry is written again, keep when its message was enqueued.
+local function keep_time(f, entry)
+  if not get_field(f, 't') then set_field(f, 't', string.match(entry, '^(%d+)')) end
+end
 -- Queue a body now (stream) or later (bodies hash + delayed set).
 local function enqueue(stream, delayed, bodies, id, fields, due, now)
   if due > now then
@@ -43,26 +58,31 @@ local function enqueue(stream, delayed, bodies, id, fields, due, now)
 end
 "#;
 
-/// KEYS: stream, delayed, bodies. ARGV: groups of six per message:
-/// id, key, payload, headers, delay ms, marker TTL ms (0 = no marker).
-/// With a marker TTL, KEYS[4] is a marker key: the message is enqueued only
-/// if the marker was not set yet (the outbox relay's idempotency).
+/// KEYS: stream, delayed, bodies, then with a marker TTL one marker key per
+/// message. ARGV: marker TTL ms (0 = no markers), then five per message: id,
+/// key ("" = the id), payload, headers ("" = none), delay ms. A message with
+/// a marker is enqueued only if its marker was not set yet: the outbox
+/// relay's idempotency. Returns how many were enqueued.
 pub static PUBLISH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
         r#"
 local now = server_now()
-local n = 0
-for i = 1, #ARGV, 6 do
-  local ttl = tonumber(ARGV[i + 5])
+local ttl = tonumber(ARGV[1])
+local n, m = 0, 0
+for i = 2, #ARGV, 5 do
+  m = m + 1
   local fresh = true
   if ttl > 0 then
-    fresh = redis.call('SET', KEYS[4], '1', 'NX', 'PX', ttl)
+    fresh = redis.call('SET', KEYS[3 + m], '1', 'NX', 'PX', ttl)
   end
   if fresh then
-    local fields = {'i', ARGV[i], 'k', ARGV[i + 1], 'p', ARGV[i + 2], 'h', ARGV[i + 3],
-                    't', tostring(now), 'a', '0', 'e', ''}
-    enqueue(KEYS[1], KEYS[2], KEYS[3], ARGV[i], fields, now + tonumber(ARGV[i + 4]), now)
+    local fields = {'i', ARGV[i], 'p', ARGV[i + 2]}
+    if ARGV[i + 1] ~= '' and ARGV[i + 1] ~= ARGV[i] then set_field(fields, 'k', ARGV[i + 1]) end
+    if ARGV[i + 3] ~= '' then set_field(fields, 'h', ARGV[i + 3]) end
+    local delay = tonumber(ARGV[i + 4])
+    if delay > 0 then set_field(fields, 't', tostring(now)) end
+    enqueue(KEYS[1], KEYS[2], KEYS[3], ARGV[i], fields, now + delay, now)
     n = n + 1
   end
 end
@@ -103,34 +123,6 @@ end
 return {claimed[1], out}
 "#
     ))
-});
-
-/// KEYS: the idempotency keys. ARGV: lease ms, then one message id per key.
-/// Returns per key 0 (acquired), 1 (already done) or 2 (busy).
-pub static CLAIM: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local out = {}
-for j, k in ipairs(KEYS) do
-  local id = ARGV[j + 1]
-  if redis.call('SET', k, 'L:' .. id, 'NX', 'PX', ARGV[1]) then
-    out[j] = 0
-  else
-    local v = redis.call('GET', k)
-    if not v then
-      redis.call('SET', k, 'L:' .. id, 'PX', ARGV[1]); out[j] = 0
-    elseif string.sub(v, 1, 2) == 'D:' then
-      out[j] = 1
-    elseif v == 'L:' .. id then
-      redis.call('PEXPIRE', k, ARGV[1]); out[j] = 0
-    else
-      out[j] = 2
-    end
-  end
-end
-return out
-"#,
-    )
 });
 
 /// KEYS: stream, delayed, bodies, dead, counters, outbox, then the
@@ -219,6 +211,7 @@ while i <= #ARGV do
     local delay = tonumber(ARGV[i])
     local f = owned(entry, count) and body(entry)
     if f then
+      keep_time(f, entry)
       if kind == 'R' then
         set_field(f, 'a', tostring(attempt)); set_field(f, 'e', ARGV[i + 1])
         counts.retried = counts.retried + 1
@@ -234,6 +227,7 @@ while i <= #ARGV do
     local f = owned(entry, count) and body(entry)
     if f then
       remove(entry)
+      keep_time(f, entry)
       set_field(f, 'e', ARGV[i + 1])
       for _, kv in ipairs({{'r', ARGV[i]}, {'v', ARGV[i + 2]}, {'n', tostring(attempt)}, {'x', tostring(now)}}) do
         set_field(f, kv[1], kv[2])
@@ -287,8 +281,11 @@ for _, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
   local f = e[2]
   local id = get_field(f, 'i')
   if #ARGV == 0 or wanted[id] then
-    local back = {'i', id, 'k', get_field(f, 'k'), 'p', get_field(f, 'p'), 'h', get_field(f, 'h'),
-                  't', get_field(f, 't'), 'a', '0', 'e', get_field(f, 'e') or ''}
+    local back = {'i', id, 'p', get_field(f, 'p'), 't', get_field(f, 't') or string.match(e[1], '^(%d+)')}
+    for _, name in ipairs({'k', 'h', 'e'}) do
+      local v = get_field(f, name)
+      if v and v ~= '' then set_field(back, name, v) end
+    end
     redis.call('XADD', KEYS[2], '*', unpack(back))
     redis.call('XDEL', KEYS[1], e[1])
     moved = moved + 1

@@ -233,10 +233,12 @@ impl Broker for SqliteBroker {
             .await
     }
 
-    async fn settle(&self, settlements: Vec<Settlement>) -> Result<()> {
+    async fn settle(&self, settlements: &[Settlement]) -> Result<()> {
         if settlements.is_empty() {
             return Ok(());
         }
+        // The broker thread needs its own copy.
+        let settlements = settlements.to_vec();
         self.call(move |conn| settle(conn, settlements)).await
     }
 

@@ -1,0 +1,98 @@
+//! The admitter: turns away deliveries that must not reach the handler and
+//! takes the idempotency keys of the rest, one broker call per batch.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::{Dispatch, Job, Leased, Settled, call};
+use crate::broker::{Broker, ClaimState, KeyClaim, Settlement};
+use crate::config::HandlerSpec;
+use crate::policy::{self, Decision};
+
+/// How long a delivery whose key is busy elsewhere waits before it is tried again.
+const BUSY_KEY_DELAY: Duration = Duration::from_millis(500);
+
+/// Admit each leased batch in turn and queue what may run for the callers.
+pub(super) async fn admit_loop(
+    mut leased: mpsc::UnboundedReceiver<Leased>,
+    broker: Arc<dyn Broker>,
+    spec: Arc<HandlerSpec>,
+    dispatch: Arc<dyn Dispatch>,
+    settle_tx: mpsc::UnboundedSender<Settled>,
+    jobs_tx: mpsc::UnboundedSender<Job>,
+) {
+    while let Some(batch) = leased.recv().await {
+        for job in admit(&*broker, &spec, &*dispatch, batch, &settle_tx).await {
+            let _ = jobs_tx.send(job);
+        }
+    }
+}
+
+/// Turn away deliveries that must not reach the handler: over the attempt
+/// limit, or whose idempotency key is done or busy. Returns the rest.
+async fn admit(
+    broker: &dyn Broker,
+    spec: &HandlerSpec,
+    dispatch: &dyn Dispatch,
+    batch: Leased,
+    settle_tx: &mpsc::UnboundedSender<Settled>,
+) -> Vec<Job> {
+    let mut runnable = Vec::with_capacity(batch.len());
+    for (delivery, permit) in batch {
+        let key = call::idempotency_key(&delivery, spec);
+        if let Some(Decision::Dead { reason }) = policy::over_limit(delivery.attempt, &spec.retry) {
+            let error = delivery.last_error.clone();
+            let settlement = call::dead(spec, delivery, reason, error, dispatch.version(), key);
+            let _ = settle_tx.send((settlement, permit));
+            continue;
+        }
+        runnable.push((delivery, key, permit));
+    }
+    let claims: Vec<KeyClaim> = runnable
+        .iter()
+        .filter_map(|(d, key, _)| {
+            key.as_ref().map(|k| KeyClaim {
+                key: k.clone(),
+                message_id: d.id.clone(),
+            })
+        })
+        .collect();
+    if claims.is_empty() {
+        return runnable;
+    }
+    let states = match broker.claim(&spec.queue, &claims, spec.lease).await {
+        Ok(states) => states,
+        Err(e) => {
+            // Without keys nothing may run; the leases expire and the
+            // messages come back.
+            tracing::error!(queue = %spec.queue, error = %e, "could not take idempotency keys");
+            return Vec::new();
+        }
+    };
+    let mut states = states.into_iter();
+    let mut admitted = Vec::with_capacity(runnable.len());
+    for (delivery, key, permit) in runnable {
+        let state = if key.is_some() {
+            states.next()
+        } else {
+            Some(ClaimState::Acquired)
+        };
+        match state {
+            Some(ClaimState::Acquired) => admitted.push((delivery, key, permit)),
+            Some(ClaimState::AlreadyDone) => {
+                tracing::debug!(queue = %spec.queue, id = %delivery.id, "duplicate: key already done");
+                let _ = settle_tx.send((Settlement::Duplicate { delivery }, permit));
+            }
+            Some(ClaimState::Busy) | None => {
+                let settlement = Settlement::Defer {
+                    delivery,
+                    delay: BUSY_KEY_DELAY,
+                };
+                let _ = settle_tx.send((settlement, permit));
+            }
+        }
+    }
+    admitted
+}

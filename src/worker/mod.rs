@@ -1,0 +1,215 @@
+//! The dispatch loop of one queue. Four stages, each its own task, joined
+//! by channels so that a networked broker's round trips overlap:
+//!
+//! 1. the reader leases batches ([`QueueWorker::serve`]), as many messages as
+//!    the prefetch allows;
+//! 2. the admitter ([`admit`]) turns away what must not run (over the attempt
+//!    limit, key done or busy) and takes the idempotency keys of the rest;
+//! 3. `concurrency` callers ([`call`]) run the handler;
+//! 4. the settler ([`settle`]) writes outcomes back in batches.
+//!
+//! Every way an attempt can end is turned into a broker [`Settlement`] in one
+//! place, [`settlement_for`], from the pure decision in [`crate::policy`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, watch};
+
+use crate::broker::{Broker, Settlement};
+use crate::config::HandlerSpec;
+use crate::message::Delivery;
+use crate::runtime::{Handler, Invocation};
+
+mod admit;
+mod call;
+mod settle;
+
+pub use call::{idempotency_key, settlement_for};
+
+/// Longest pause between polls of an empty queue.
+const MAX_IDLE_POLL: Duration = Duration::from_millis(50);
+
+/// Something that handles a delivery: a WASM handler, or a native one in
+/// benchmarks and tests.
+#[async_trait]
+pub trait Dispatch: Send + Sync + 'static {
+    async fn invoke(&self, delivery: &Delivery) -> Invocation;
+    /// The version recorded with dead letters and log lines.
+    fn version(&self) -> &str;
+}
+
+#[async_trait]
+impl Dispatch for Handler {
+    async fn invoke(&self, delivery: &Delivery) -> Invocation {
+        Handler::invoke(self, delivery).await
+    }
+
+    fn version(&self) -> &str {
+        &self.version
+    }
+}
+
+/// Live counts of one worker, read by `--until-idle` and the admin view.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Deliveries leased and not yet settled.
+    pub in_flight: AtomicU64,
+    pub handled: AtomicU64,
+}
+
+pub struct QueueWorker {
+    pub broker: Arc<dyn Broker>,
+    pub dispatch: Arc<dyn Dispatch>,
+    pub spec: Arc<HandlerSpec>,
+    pub stats: Arc<WorkerStats>,
+}
+
+/// A settlement and the prefetch permit its delivery holds until it is written.
+type Settled = (Settlement, OwnedSemaphorePermit);
+/// A leased batch on its way to the admitter, one permit per delivery.
+type Leased = Vec<(Delivery, OwnedSemaphorePermit)>;
+/// An admitted delivery with its idempotency key and its prefetch permit.
+type Job = (Delivery, Option<String>, OwnedSemaphorePermit);
+/// The shared end of the job queue: the callers take turns on it.
+type Jobs = Arc<Mutex<mpsc::UnboundedReceiver<Job>>>;
+
+impl QueueWorker {
+    pub fn new(broker: Arc<dyn Broker>, dispatch: Arc<dyn Dispatch>, spec: HandlerSpec) -> Self {
+        QueueWorker {
+            broker,
+            dispatch,
+            spec: Arc::new(spec),
+            stats: Arc::new(WorkerStats::default()),
+        }
+    }
+
+    /// Serve the queue until `stop` turns true, then wait up to `grace` for
+    /// the calls in flight. Whatever is still leased after that is left for
+    /// its lease to expire and be delivered again.
+    pub async fn serve(self, mut stop: watch::Receiver<bool>, grace: Duration) {
+        let spec = self.spec.clone();
+        let leases = Arc::new(Semaphore::new(spec.prefetch));
+        let (settle_tx, settle_rx) = mpsc::unbounded_channel::<Settled>();
+        let settler = tokio::spawn(settle::settle_loop(
+            self.broker.clone(),
+            settle_rx,
+            self.stats.clone(),
+        ));
+        // A fixed set of callers rather than a task per message: a warm
+        // instance answers in about a microsecond, less than a spawn costs.
+        let (jobs_tx, jobs_rx) = mpsc::unbounded_channel::<Job>();
+        let jobs: Jobs = Arc::new(Mutex::new(jobs_rx));
+        let callers: Vec<_> = (0..spec.concurrency)
+            .map(|_| {
+                tokio::spawn(call::call_loop(
+                    jobs.clone(),
+                    self.dispatch.clone(),
+                    spec.clone(),
+                    settle_tx.clone(),
+                    stop.clone(),
+                ))
+            })
+            .collect();
+        // The admitter takes keys for one batch while the next is read.
+        let (leased_tx, leased_rx) = mpsc::unbounded_channel::<Leased>();
+        let admitter = tokio::spawn(admit::admit_loop(
+            leased_rx,
+            self.broker.clone(),
+            spec.clone(),
+            self.dispatch.clone(),
+            settle_tx.clone(),
+            jobs_tx,
+        ));
+        self.read_loop(&leases, &leased_tx, &mut stop).await;
+        drop(leased_tx);
+        // Stopping: wait for calls in flight, then for their settlements.
+        let all = spec.prefetch as u32;
+        if tokio::time::timeout(grace, leases.acquire_many(all))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                queue = %spec.queue,
+                in_flight = self.stats.in_flight.load(Ordering::Relaxed),
+                "grace period over; unfinished messages will be delivered again when their lease expires"
+            );
+        }
+        // Calls still running after the grace period are abandoned; their
+        // messages come back when the lease runs out.
+        admitter.abort();
+        for caller in callers {
+            caller.abort();
+        }
+        drop(settle_tx);
+        settler.abort();
+    }
+
+    /// Lease batches for as long as the prefetch allows, until `stop`.
+    async fn read_loop(
+        &self,
+        leases: &Arc<Semaphore>,
+        leased_tx: &mpsc::UnboundedSender<Leased>,
+        stop: &mut watch::Receiver<bool>,
+    ) {
+        let spec = &*self.spec;
+        let mut idle = Duration::from_millis(1);
+        let mut broker_backoff = Duration::from_millis(50);
+        // Receive in batches of at least half the prefetch, so that a busy
+        // queue costs one broker call per batch rather than per message.
+        let batch_floor = (spec.prefetch / 2).max(1) as u32;
+        loop {
+            let mut permits = tokio::select! {
+                p = leases.clone().acquire_many_owned(batch_floor) => p.expect("semaphore never closes"),
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            while let Ok(more) = leases.clone().try_acquire_owned() {
+                permits.merge(more);
+            }
+            let want = permits.num_permits();
+            let batch = match self.broker.receive(&spec.queue, want, spec.lease).await {
+                Ok(batch) => {
+                    broker_backoff = Duration::from_millis(50);
+                    batch
+                }
+                Err(e) => {
+                    tracing::error!(queue = %spec.queue, error = %e, "receive failed; retrying in {broker_backoff:?}");
+                    drop(permits);
+                    if sleep_or_stop(stop, broker_backoff).await {
+                        return;
+                    }
+                    broker_backoff = (broker_backoff * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+            };
+            if batch.is_empty() {
+                drop(permits);
+                if sleep_or_stop(stop, idle).await {
+                    return;
+                }
+                idle = (idle * 2).min(MAX_IDLE_POLL);
+                continue;
+            }
+            idle = Duration::from_millis(1);
+            self.stats
+                .in_flight
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            let leased: Leased = batch
+                .into_iter()
+                .map(|d| (d, permits.split(1).expect("one permit per delivery")))
+                .collect();
+            let _ = leased_tx.send(leased);
+        }
+    }
+}
+
+/// Sleep for `d`; true if `stop` turned true meanwhile.
+async fn sleep_or_stop(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = stop.wait_for(|s| *s) => {}
+    }
+    *stop.borrow()
+}
