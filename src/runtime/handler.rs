@@ -69,6 +69,7 @@ impl Handler {
             version: version.clone(),
             config: spec.config.clone(),
             max_message_size,
+            capabilities: spec.capabilities.clone(),
         });
         Handler {
             spec,
