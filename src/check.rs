@@ -37,7 +37,8 @@ pub struct Report {
     pub size: u64,
     pub imports: Vec<String>,
     pub exports: Vec<String>,
-    /// Imports that link but whose every use the host refuses, with why.
+    /// Imports that link but whose use the host refuses (unless the sidecar
+    /// grants it), with why.
     pub refused: Vec<Refused>,
 }
 
@@ -49,7 +50,8 @@ pub struct Refused {
 
 /// Why the host refuses what an import offers, if it does. Handlers get
 /// WASI with nothing granted: these interfaces link, and every call that
-/// would reach outside the sandbox fails with an error the guest sees.
+/// would reach outside the sandbox fails with an error the guest sees,
+/// unless the handler's sidecar grants it (outgoing HTTP to listed hosts).
 pub fn refusal(import: &str) -> Option<&'static str> {
     let interface = import.split('@').next().unwrap_or(import);
     match interface {
@@ -59,9 +61,9 @@ pub fn refusal(import: &str) -> Option<&'static str> {
         i if i.starts_with("wasi:sockets/") => {
             Some("no network access is granted: every socket call fails")
         }
-        "wasi:http/outgoing-handler" => {
-            Some("outgoing HTTP is not granted: every request is denied")
-        }
+        "wasi:http/outgoing-handler" => Some(
+            "outgoing HTTP is refused unless granted: list the hosts in `[capabilities] http_allow` of the handler's sidecar",
+        ),
         "wasi:cli/environment" => {
             Some("no environment variables or arguments are granted: they read as empty")
         }

@@ -13,6 +13,9 @@ use crate::message::{DEFAULT_MAX_MESSAGE_SIZE, validate_queue_name};
 use crate::policy::{Backoff, RetryPolicy};
 use crate::units::{Dur, Size};
 
+mod capabilities;
+pub use capabilities::{Capabilities, HostPattern, HttpAllow};
+
 /// The default broker URL when neither the CLI nor `sluice.toml` names one.
 pub const DEFAULT_BROKER: &str = "sqlite://sluice.db";
 
@@ -102,6 +105,8 @@ struct RawHandler {
     idempotency: RawIdempotency,
     #[serde(default)]
     config: BTreeMap<String, toml::Value>,
+    #[serde(default)]
+    capabilities: Capabilities,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -174,6 +179,8 @@ pub struct HandlerSpec {
     pub on_dead: Option<String>,
     pub idempotency: Idempotency,
     pub config: BTreeMap<String, String>,
+    /// What the handler is granted beyond WASI with nothing (`[capabilities]`).
+    pub capabilities: Capabilities,
 }
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -251,6 +258,7 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         retry: resolve_retry(raw.retry)?,
         idempotency: resolve_idempotency(raw.idempotency)?,
         config: resolve_values(raw.config)?,
+        capabilities: raw.capabilities,
     })
 }
 

@@ -8,6 +8,7 @@ use std::time::Instant;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use crate::config::Capabilities;
 use crate::message::NewMessage;
 use crate::runtime::limits::MemoryLimiter;
 
@@ -28,6 +29,8 @@ pub struct HandlerContext {
     pub version: String,
     pub config: BTreeMap<String, String>,
     pub max_message_size: u64,
+    /// What the sidecar grants (`[capabilities]`).
+    pub capabilities: Capabilities,
 }
 
 /// The data of one store: one instance of one handler.
@@ -43,7 +46,7 @@ pub struct HostState {
     /// When the current call must have finished.
     pub(crate) deadline: Instant,
     http: wasmtime_wasi_http::WasiHttpCtx,
-    http_hooks: http::DenyAll,
+    http_hooks: http::Hooks,
 }
 
 impl HostState {
@@ -57,6 +60,7 @@ impl HostState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
+        let http_hooks = http::Hooks::new(handler.clone());
         HostState {
             wasi,
             table: ResourceTable::new(),
@@ -66,7 +70,7 @@ impl HostState {
             held: Vec::new(),
             deadline: Instant::now(),
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
-            http_hooks: http::DenyAll,
+            http_hooks,
         }
     }
 }

@@ -69,6 +69,7 @@ impl Handler {
             version: version.clone(),
             config: spec.config.clone(),
             max_message_size,
+            capabilities: spec.capabilities.clone(),
         });
         Handler {
             spec,
@@ -115,7 +116,7 @@ impl Handler {
         state.deadline = Instant::now() + self.spec.timeout;
         store.set_epoch_deadline(1);
         let message = to_wit(delivery);
-        match instance.call_handle(&mut store, &message).await {
+        match self.call(&mut store, &instance, &message).await {
             Ok(outcome) => {
                 let publishes = std::mem::take(&mut store.data_mut().held);
                 let uses = uses + 1;
@@ -134,7 +135,26 @@ impl Handler {
                 }
             }
             // The store, and with it a possibly broken instance, is dropped here.
-            Err(e) => failed(classify(e, &store, false)),
+            Err(f) => failed(f),
+        }
+    }
+
+    /// Call `handle`, ending the call at the handler's timeout. Epoch
+    /// interruption stops a guest that computes past its deadline, but not
+    /// one waiting in the host (for an HTTP response, a sleep), which runs
+    /// no wasm: the timer around the call ends those. Dropping the call
+    /// unwinds the guest; the caller then throws its store away.
+    async fn call(
+        &self,
+        store: &mut Store<HostState>,
+        instance: &bindings::Handler,
+        message: &bindings::Message,
+    ) -> Result<bindings::Outcome, Failure> {
+        let timeout = self.spec.timeout;
+        match tokio::time::timeout(timeout, instance.call_handle(&mut *store, message)).await {
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(e)) => Err(classify(e, store, false)),
+            Err(_elapsed) => Err(Failure::Timeout(TimedOut(timeout).to_string())),
         }
     }
 

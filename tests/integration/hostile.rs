@@ -92,3 +92,26 @@ fn wasi_access_is_denied_and_stdio_goes_to_the_log() {
         stderr[0]
     );
 }
+
+#[test]
+fn a_guest_waiting_in_the_host_is_timed_out_too() {
+    // Epoch interruption only fires while wasm runs; `sleepy` waits in the
+    // host (a WASI clock), so this is the call's own timer at work.
+    let env = Env::new();
+    env.deploy(
+        "sleepy",
+        "sleepy",
+        Some("[limits]\ntimeout = \"300ms\"\n[retry]\nmax_attempts = 1\n[config]\nsleep_ms = 20000\n"),
+    );
+    env.send("sleepy", "zzz", &[]);
+    let started = std::time::Instant::now();
+    env.run_until_idle();
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "the sleep was not cut short: {took:?}"
+    );
+    let dead = env.dead("sleepy");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0]["last_error"], "timeout: timed out after 300ms");
+}

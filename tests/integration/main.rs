@@ -25,6 +25,7 @@ mod bad_input;
 mod conformance;
 mod crash;
 mod hostile;
+mod http;
 mod languages;
 mod outcomes;
 mod redis;
