@@ -28,6 +28,7 @@ use super::{
 use crate::message::{Delivery, NewMessage, hostname, new_id};
 
 mod codec;
+mod kv;
 mod scripts;
 
 use codec::{Fields, array, int, text};
