@@ -102,6 +102,18 @@ struct RawHandler {
     idempotency: RawIdempotency,
     #[serde(default)]
     config: BTreeMap<String, toml::Value>,
+    #[serde(default)]
+    capabilities: Capabilities,
+}
+
+/// `[capabilities]`: what a handler is granted beyond log, publish and
+/// config. Nothing is granted by default.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Capabilities {
+    /// The handler's own key-value store (`sluice:handler/kv`).
+    #[serde(default)]
+    pub kv: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -174,6 +186,7 @@ pub struct HandlerSpec {
     pub on_dead: Option<String>,
     pub idempotency: Idempotency,
     pub config: BTreeMap<String, String>,
+    pub capabilities: Capabilities,
 }
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -251,6 +264,7 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         retry: resolve_retry(raw.retry)?,
         idempotency: resolve_idempotency(raw.idempotency)?,
         config: resolve_values(raw.config)?,
+        capabilities: raw.capabilities,
     })
 }
 
@@ -460,6 +474,25 @@ mod tests {
                 .as_deref(),
             Some("alerts")
         );
+    }
+
+    #[test]
+    fn capabilities_grant_nothing_unless_set() {
+        assert!(!parse("").unwrap().capabilities.kv);
+        assert!(
+            parse("[capabilities]\nkv = true\n")
+                .unwrap()
+                .capabilities
+                .kv
+        );
+        let err = parse("[capabilities]\nkv = \"yes\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("handlers/orders.toml:2:"), "{err}");
+        let err = parse("[capabilities]\nkeyvalue = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("keyvalue"), "{err}");
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub fn check(ctx: &Context, args: CheckArgs) -> Result<()> {
     }
     if !report.refused.is_empty() {
         println!(
-            "  {} import(s) link but are refused: the sandbox grants nothing",
+            "  {} import(s) link but are refused: the sandbox grants nothing a sidecar does not",
             report.refused.len()
         );
     }

@@ -25,6 +25,7 @@ mod bad_input;
 mod conformance;
 mod crash;
 mod hostile;
+mod kv;
 mod languages;
 mod outcomes;
 mod redis;
