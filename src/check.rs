@@ -68,6 +68,9 @@ pub fn refusal(import: &str) -> Option<&'static str> {
             Some("no environment variables or arguments are granted: they read as empty")
         }
         "wasi:cli/stdin" => Some("stdin is empty"),
+        "sluice:handler/kv" => Some(
+            "the key-value store is granted only by `kv = true` under [capabilities] in the handler's sidecar; without it every call fails",
+        ),
         _ => None,
     }
 }

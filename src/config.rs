@@ -471,6 +471,25 @@ mod tests {
     }
 
     #[test]
+    fn capabilities_grant_nothing_unless_set() {
+        assert!(!parse("").unwrap().capabilities.kv);
+        assert!(
+            parse("[capabilities]\nkv = true\n")
+                .unwrap()
+                .capabilities
+                .kv
+        );
+        let err = parse("[capabilities]\nkv = \"yes\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("handlers/orders.toml:2:"), "{err}");
+        let err = parse("[capabilities]\nkeyvalue = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("keyvalue"), "{err}");
+    }
+
+    #[test]
     fn host_config_rejects_unknown_fields() {
         let err = parse_toml::<HostConfig>(Path::new("sluice.toml"), "brokr = \"x\"\n")
             .unwrap_err()

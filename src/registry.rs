@@ -144,6 +144,8 @@ impl Registry {
                 .await
         };
         let handler = match loaded {
+            // A granted handler keeps its key-value store in this broker.
+            Ok(Ok(h)) if h.spec.capabilities.kv => h.with_kv(self.broker.clone()),
             Ok(Ok(h)) => h,
             Ok(Err(reason)) => return self.refuse(name, &wasm, reason).await,
             Err(e) => {

@@ -11,10 +11,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::message::{Delivery, NewMessage};
 
+pub mod kv;
 pub mod redis;
 pub mod sqlite;
 
 pub use self::redis::RedisBroker;
+pub use kv::KvStore;
 pub use sqlite::SqliteBroker;
 
 #[derive(Debug, thiserror::Error)]
@@ -159,8 +161,9 @@ pub struct ReplaySelector {
     pub ids: Vec<String>,
 }
 
+/// Every broker also keeps the handlers' key-value stores ([`KvStore`]).
 #[async_trait]
-pub trait Broker: Send + Sync + 'static {
+pub trait Broker: KvStore + Send + Sync + 'static {
     /// Enqueue messages, each after its own delay. Returns their ids in order.
     async fn publish(&self, messages: Vec<NewMessage>) -> Result<Vec<String>>;
 

@@ -10,6 +10,9 @@ use serde::Deserialize;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Capabilities {
+    /// The handler's own key-value store (`sluice:handler/kv`).
+    #[serde(default)]
+    pub kv: bool,
     /// Hosts that outgoing HTTP (`wasi:http/outgoing-handler`) may reach.
     /// Empty: every request is refused.
     #[serde(default)]

@@ -3,17 +3,19 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use crate::broker::KvStore;
 use crate::config::Capabilities;
 use crate::message::NewMessage;
 use crate::runtime::limits::MemoryLimiter;
 
 mod config;
 mod http;
+mod kv;
 mod log;
 mod publish;
 mod stdio;
@@ -21,16 +23,22 @@ mod stdio;
 /// Most publishes one message may hold before its outcome.
 pub const MAX_HELD_PUBLISHES: usize = 1000;
 
+pub use kv::{MAX_KV_KEY, MAX_KV_VALUE};
+
 /// Facts about a handler that every one of its stores shares.
-#[derive(Debug)]
 pub struct HandlerContext {
     pub name: String,
     /// Content hash of the component, short form.
     pub version: String,
     pub config: BTreeMap<String, String>,
     pub max_message_size: u64,
-    /// What the sidecar grants (`[capabilities]`).
+    /// `limits.timeout`: how long one call of `handle` may take.
+    pub timeout: Duration,
+    /// What the sidecar grants.
     pub capabilities: Capabilities,
+    /// Where the key-value store lives; set only when `capabilities.kv`
+    /// grants it and the host has a broker.
+    pub kv: Option<Arc<dyn KvStore>>,
 }
 
 /// The data of one store: one instance of one handler.

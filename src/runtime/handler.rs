@@ -11,6 +11,7 @@ use wasmtime::{Store, UpdateDeadline, WasmBacktrace};
 use super::Runtime;
 use super::bindings::{self, HandlerPre};
 use super::limits::TimedOut;
+use crate::broker::KvStore;
 use crate::check::one_line;
 use crate::config::{HandlerSpec, InstanceMode};
 use crate::host::{HandlerContext, HostState};
@@ -69,7 +70,9 @@ impl Handler {
             version: version.clone(),
             config: spec.config.clone(),
             max_message_size,
+            timeout: spec.timeout,
             capabilities: spec.capabilities.clone(),
+            kv: None,
         });
         Handler {
             spec,
@@ -80,6 +83,17 @@ impl Handler {
             runtime: runtime.clone(),
             warm: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Give the handler its key-value store, kept in `store` under the
+    /// handler's name. Called before the handler serves, while no store of
+    /// it shares its context yet. The host still refuses every call unless
+    /// the sidecar grants `kv`.
+    pub fn with_kv(mut self, store: Arc<dyn KvStore>) -> Self {
+        Arc::get_mut(&mut self.context)
+            .expect("a handler gets its key-value store before its first instance")
+            .kv = Some(store);
+        self
     }
 
     /// Run `handle` for one delivery.

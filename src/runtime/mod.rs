@@ -20,8 +20,13 @@ pub mod bindings {
         path: "wit",
         world: "handler",
         // `handle` runs on a fiber so that the epoch deadline can yield to
-        // tokio and time the call out; the imports are quick, plain calls.
+        // tokio and time the call out.
         exports: { default: async },
+        // The key-value calls wait on the broker: async, so the fiber
+        // yields to tokio meanwhile, and trappable, so a call that outlives
+        // the handler's timeout can end the attempt as a timeout. The other
+        // imports are quick, plain calls.
+        imports: { "sluice:handler/kv": async | trappable },
     });
 }
 

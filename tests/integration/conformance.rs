@@ -437,3 +437,7 @@ async fn redis_cluster() -> (RedisCluster, Arc<dyn Broker>) {
 conformance!(sqlite_broker, sqlite());
 conformance!(redis_broker, redis());
 conformance!(redis_cluster_broker, redis_cluster());
+
+// The key-value store's checks, run through `conformance!` on the same
+// backends (declared after the macro, which they use).
+mod kv;

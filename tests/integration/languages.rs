@@ -41,18 +41,25 @@ fn env_for(lang: &str) -> Env {
         format!("cache_dir = {:?}\n", shared_cache().to_str().unwrap()),
     )
     .unwrap();
-    for name in ["hello", "orders"] {
+    // `orders_nokv` is `orders` without the key-value grant.
+    for (name, source) in [
+        ("hello", "hello"),
+        ("orders", "orders"),
+        ("orders_nokv", "orders"),
+    ] {
         std::fs::copy(
-            component(lang, name),
+            component(lang, source),
             env.handlers.join(format!("{name}.wasm")),
         )
         .unwrap();
     }
     let orders = sidecar(
         lang,
-        "[retry]\nmax_attempts = 3\ndelays = [\"10ms\"]\n[config]\nfollowup_queue = \"shipping\"\nretry_delay_ms = 10\n",
+        "[retry]\nmax_attempts = 3\ndelays = [\"10ms\"]\n[config]\nfollowup_queue = \"shipping\"\nretry_delay_ms = 10\n[capabilities]\nkv = true\n",
     );
     std::fs::write(env.handlers.join("orders.toml"), orders).unwrap();
+    let nokv = sidecar(lang, "[config]\nfollowup_queue = \"nokv_shipping\"\n");
+    std::fs::write(env.handlers.join("orders_nokv.toml"), nokv).unwrap();
     std::fs::write(env.handlers.join("hello.toml"), sidecar(lang, "")).unwrap();
     env
 }
@@ -83,6 +90,7 @@ fn same_outcomes(lang: &str) {
         .iter()
         .map(|(label, payload)| (*label, env.send("orders", payload, &[])))
         .collect();
+    let uncounted = env.send("orders_nokv", r#"{"id": 11}"#, &[]);
     let log = env.run_until_idle();
 
     let stats = env.stats();
@@ -99,6 +107,7 @@ fn same_outcomes(lang: &str) {
         "{lang}: two for `retries then done`, two for `always retry`"
     );
     assert_eq!(lines_with(&log, "forwarded to shipping").len(), 3, "{lang}");
+    forwards_are_counted(lang, &env, &log, &uncounted);
 
     let reason = |label: &str| -> String {
         let shown = env.sluice(&["--json", "dlq", "show", "orders", &ids[label]]);
@@ -152,6 +161,34 @@ fn same_outcomes(lang: &str) {
     let expected = [("7", "7/2"), ("8", "8/1"), ("A-1", "\"A-1\"/1")]
         .map(|(a, b)| (a.to_string(), b.to_string()));
     assert_eq!(shipped, expected, "{lang}");
+}
+
+/// `orders` counts each forward in its key-value store and logs the count;
+/// `orders_nokv`, not granted the store, warns and forwards all the same.
+fn forwards_are_counted(lang: &str, env: &Env, log: &str, uncounted: &str) {
+    let mut counts: Vec<u64> = lines_with(log, "forwarded to shipping (forwarded: ")
+        .iter()
+        .map(|l| {
+            let n = l.split("(forwarded: ").nth(1).unwrap();
+            n[..n.find(')').unwrap()].parse().unwrap()
+        })
+        .collect();
+    counts.sort();
+    assert_eq!(counts, [1, 2, 3], "{lang}: one count per forward");
+    let (rt, broker) = env.broker();
+    let stored = rt.block_on(broker.kv_get("orders", "forwarded")).unwrap();
+    assert_eq!(stored.as_deref(), Some(&b"3"[..]), "{lang}");
+
+    assert_eq!(env.count("orders_nokv", "done"), 1, "{lang}");
+    let warning = "order 11: not counted: handler orders_nokv is not granted the key-value store: add `kv = true` under [capabilities] in orders_nokv.toml";
+    assert_eq!(lines_with(log, warning).len(), 1, "{lang}: {log}");
+    let forwarded = format!("order 11 (qty 1) from message {uncounted} forwarded to nokv_shipping");
+    let line = lines_with(log, &forwarded);
+    assert!(
+        line.len() == 1 && !line[0].contains("(forwarded: "),
+        "{lang}: {log}"
+    );
+    assert_eq!(env.drain("nokv_shipping").len(), 1, "{lang}");
 }
 
 #[test]

@@ -26,6 +26,7 @@ mod conformance;
 mod crash;
 mod hostile;
 mod http;
+mod kv;
 mod languages;
 mod outcomes;
 mod redis;

@@ -10,7 +10,9 @@
  *    (default 10) while attempt < N; 8. `"always_retry": true` retries
  *    with the host's backoff;
  * 9. otherwise publishes {"order": id, "qty": qty, "source": message-id} to
- *    config `followup_queue` (default `shipping`) with header `order-id`.
+ *    config `followup_queue` (default `shipping`) with header `order-id`,
+ *    and counts the forward in the key-value store (key `forwarded`);
+ *    without the key-value grant it warns and forwards the order all the same.
  */
 /* nanosleep is POSIX: -std=c11 hides it without this. */
 #define _POSIX_C_SOURCE 200809L
@@ -24,6 +26,8 @@
 
 #define DEFAULT_RETRY_DELAY_MS 10
 #define DEFAULT_FOLLOWUP_QUEUE "shipping"
+/* The key-value counter of forwarded orders. */
+#define FORWARDED_KEY "forwarded"
 
 static void sleep_ms(uint64_t ms) {
     struct timespec t;
@@ -67,6 +71,38 @@ static uint64_t retry_delay_ms(void) {
     }
     free(value);
     return delay;
+}
+
+/*
+ * Counts one forward in the key-value store and logs `line` (freeing it)
+ * with the new count. The count is a statistic: when the store refuses (not
+ * granted, unreachable) it logs a warning and `line` as it is.
+ */
+static void log_forwarded(const char *id_text, size_t id_len, sbuf *line) {
+    handler_string_t key;
+    handler_string_set(&key, FORWARDED_KEY);
+    int64_t count;
+    handler_string_t err;
+    if (sluice_handler_kv_increment(&key, 1, &count, &err)) {
+        sbuf_puts(line, " (forwarded: ");
+        if (count < 0) {
+            sbuf_puts(line, "-");
+            sbuf_put_u64(line, (uint64_t)0 - (uint64_t)count);
+        } else {
+            sbuf_put_u64(line, (uint64_t)count);
+        }
+        sbuf_puts(line, ")");
+    } else {
+        sbuf warn;
+        sbuf_init(&warn);
+        sbuf_puts(&warn, "order ");
+        sbuf_put(&warn, id_text, id_len);
+        sbuf_puts(&warn, ": not counted: ");
+        sbuf_put(&warn, err.ptr, err.len);
+        handler_string_free(&err); /* the error string is ours */
+        guest_log_sbuf(SLUICE_HANDLER_LOG_LEVEL_WARN, &warn);
+    }
+    guest_log_sbuf(SLUICE_HANDLER_LOG_LEVEL_INFO, line);
 }
 
 /* Decides about one message. Borrows `message`; sets `*ret`. */
@@ -215,7 +251,7 @@ static void handle(const handler_message_t *message, handler_outcome_t *ret) {
         sbuf_put(&line, message->id.ptr, message->id.len);
         sbuf_puts(&line, " forwarded to ");
         sbuf_put(&line, queue, queue_len);
-        guest_log_sbuf(SLUICE_HANDLER_LOG_LEVEL_INFO, &line);
+        log_forwarded(id_text, id_len, &line);
         outcome_done(ret);
     }
 

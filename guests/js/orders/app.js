@@ -8,6 +8,8 @@
 //   default 10) while `attempt < N`;
 // - `"always_retry": true`: always `retry(none)`.
 // Config `work_ms` makes every call sleep that long first (simulated work).
+// A forwarded order is counted in the key-value store (key `forwarded`);
+// without the key-value grant it logs a warning and forwards it all the same.
 //
 // Binding conventions (componentize-js 0.23):
 // - WIT interface imports are named imports from 'pkg:ns/iface@version';
@@ -20,9 +22,12 @@
 import { log } from 'sluice:handler/log@0.1.0';
 import { publish } from 'sluice:handler/publish@0.1.0';
 import { get as configGet } from 'sluice:handler/config@0.1.0';
+import { increment } from 'sluice:handler/kv@0.1.0';
 
 const DEFAULT_RETRY_DELAY_MS = 10n;
 const DEFAULT_FOLLOWUP_QUEUE = 'shipping';
+// The key-value counter of forwarded orders.
+const FORWARDED_KEY = 'forwarded';
 const U64_MAX = 0xffff_ffff_ffff_ffffn;
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
@@ -157,10 +162,17 @@ function handleOrder(message) {
     log('error', `order ${order.idText}: publish to ${quoted(queue)} failed: ${errorText(e)}`);
     return { tag: 'retry', val: undefined };
   }
-  log(
-    'info',
-    `order ${order.idText} (qty ${order.qty}) from message ${message.id} forwarded to ${queue}`,
-  );
+  const line = `order ${order.idText} (qty ${order.qty}) from message ${message.id} forwarded to ${queue}`;
+  // The count is a statistic: without it the order still goes through.
+  let count;
+  try {
+    count = increment(FORWARDED_KEY, 1n); // s64 is a BigInt both ways
+  } catch (e) {
+    log('warn', `order ${order.idText}: not counted: ${errorText(e)}`);
+    log('info', line);
+    return { tag: 'done' };
+  }
+  log('info', `${line} (forwarded: ${count})`);
   return { tag: 'done' };
 }
 

@@ -1,13 +1,28 @@
-// A fake sluice host for unit tests: records logs and publishes, serves config.
-// Mirrors the componentize-js conventions: a result error is thrown as an
-// Error whose `payload` is the error value.
-export const state = { config: {}, logs: [], published: [], failPublish: undefined };
+// A fake sluice host for unit tests: records logs and publishes, serves config
+// and a key-value store. Mirrors the componentize-js conventions: a result
+// error is thrown as an Error whose `payload` is the error value, and s64/u64
+// are BigInts.
+export const state = {
+  config: {},
+  logs: [],
+  published: [],
+  failPublish: undefined,
+  kv: undefined,
+};
 
-export function reset(config = {}) {
+/** `kv`: a Map of the store's entries, or undefined when not granted. */
+export function reset(config = {}, kv = undefined) {
   state.config = config;
   state.logs = [];
   state.published = [];
   state.failPublish = undefined;
+  state.kv = kv;
+}
+
+function fail(reason) {
+  const e = new Error(reason);
+  Object.defineProperty(e, 'payload', { value: reason });
+  throw e;
 }
 
 // sluice:handler/log
@@ -21,11 +36,7 @@ export function log(level, message) {
 // sluice:handler/publish
 export function publish(queue, payload, options) {
   if (!(payload instanceof Uint8Array)) throw new TypeError('payload must be a Uint8Array');
-  if (state.failPublish !== undefined) {
-    const e = new Error(state.failPublish);
-    Object.defineProperty(e, 'payload', { value: state.failPublish });
-    throw e;
-  }
+  if (state.failPublish !== undefined) fail(state.failPublish);
   state.published.push({ queue, payload: new TextDecoder().decode(payload), options });
 }
 
@@ -35,4 +46,21 @@ export function get(key) {
 }
 export function getAll() {
   return Object.entries(state.config);
+}
+
+// sluice:handler/kv (only what the guests call). Values are stored as the
+// host stores them: bytes, an increment's result as decimal text.
+function store() {
+  if (state.kv === undefined) {
+    fail('handler orders is not granted the key-value store: add `kv = true` under [capabilities] in orders.toml');
+  }
+  return state.kv;
+}
+export function increment(key, delta) {
+  if (typeof delta !== 'bigint') throw new TypeError('delta must be a BigInt (s64)');
+  const kv = store();
+  const old = kv.has(key) ? BigInt(new TextDecoder().decode(kv.get(key))) : 0n;
+  const sum = old + delta;
+  kv.set(key, new TextEncoder().encode(String(sum)));
+  return sum;
 }

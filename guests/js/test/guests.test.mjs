@@ -65,9 +65,27 @@ test('orders publishes the follow-up', () => {
       options: { headers: [['order-id', '42']], key: undefined, delayMs: undefined },
     },
   ]);
+  const notGranted =
+    'not counted: handler orders is not granted the key-value store: add `kv = true` under [capabilities] in orders.toml';
   assert.deepEqual(state.logs, [
+    ['warn', `order A7: ${notGranted}`],
     ['info', 'order A7 (qty 3) from message m-1 forwarded to shipping'],
+    ['warn', `order 42: ${notGranted}`],
     ['info', 'order 42 (qty 1) from message m-1 forwarded to shipping'],
+  ]);
+});
+
+test('orders counts forwards in the key-value store', () => {
+  const kv = new Map();
+  reset({}, kv);
+  assert.deepEqual(orders(msg('{"id":"A7","qty":3}')), { tag: 'done' });
+  assert.deepEqual(orders(msg('{"id":1,"retry_until_attempt":2}')), { tag: 'retry', val: 10n });
+  assert.deepEqual(orders(msg('{"id":42}')), { tag: 'done' });
+  assert.equal(new TextDecoder().decode(kv.get('forwarded')), '2', 'only forwards count');
+  assert.deepEqual(state.logs, [
+    ['info', 'order A7 (qty 3) from message m-1 forwarded to shipping (forwarded: 1)'],
+    ['info', 'order 1: attempt 1 < 2, retrying in 10 ms'],
+    ['info', 'order 42 (qty 1) from message m-1 forwarded to shipping (forwarded: 2)'],
   ]);
 });
 

@@ -8,7 +8,9 @@ Input: a JSON object with `id` (string or number) and optional `qty`
 - `"always_retry": true` -- always `retry(none)`.
 Config `work_ms` makes every call sleep that long first (simulated work).
 Otherwise publishes `{"order": id, "qty": qty, "source": message-id}` to the
-queue named by config `followup_queue` (default `shipping`).
+queue named by config `followup_queue` (default `shipping`) and counts the
+forward in the key-value store (key `forwarded`); without the key-value grant
+it logs a warning and forwards the order all the same.
 
 The JSON checks mirror the Rust guest (serde_json): note that in Python
 `bool` is a subclass of `int`, so `true` must be excluded explicitly.
@@ -20,10 +22,12 @@ import time
 
 import wit_world
 from componentize_py_types import Err
-from wit_world.imports import config, log, publish, types
+from wit_world.imports import config, kv, log, publish, types
 
 DEFAULT_RETRY_DELAY_MS = 10
 DEFAULT_FOLLOWUP_QUEUE = "shipping"
+# The key-value counter of forwarded orders.
+FORWARDED_KEY = "forwarded"
 U64_MAX = 2**64 - 1
 # serde_json's nesting limit: the 128th open bracket is an error. It also
 # keeps json.loads from exhausting the wasm stack (a trap, not a reject).
@@ -157,11 +161,18 @@ def handle(message):
             f'order {id_text}: publish to "{queue}" failed: {e.value}',
         )
         return types.Outcome_Retry(None)
-    log.log(
-        log.Level.INFO,
+    line = (
         f"order {id_text} (qty {qty}) from message {message.id} "
-        f"forwarded to {queue}",
+        f"forwarded to {queue}"
     )
+    # The count is a statistic: without it the order still goes through.
+    try:
+        count = kv.increment(FORWARDED_KEY, 1)
+    except Err as e:
+        log.log(log.Level.WARN, f"order {id_text}: not counted: {e.value}")
+        log.log(log.Level.INFO, line)
+    else:
+        log.log(log.Level.INFO, f"{line} (forwarded: {count})")
     return types.Outcome_Done()
 
 

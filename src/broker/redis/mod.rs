@@ -28,6 +28,7 @@ use super::{
 use crate::message::{Delivery, NewMessage, hostname, new_id, now_ms};
 
 mod codec;
+mod kv;
 mod scripts;
 
 use codec::{Entry, array, int, text};

@@ -24,6 +24,7 @@ use super::{
 };
 use crate::message::{Delivery, NewMessage, now_ms};
 
+mod kv;
 mod store;
 
 use store::{
@@ -85,7 +86,7 @@ CREATE TABLE IF NOT EXISTS counters (
 PRAGMA user_version = 1;
 ";
 
-/// How often expired idempotency keys are deleted.
+/// How often expired idempotency keys and key-value entries are deleted.
 const KEY_SWEEP_EVERY: Duration = Duration::from_secs(30);
 /// Most jobs folded into one transaction.
 const MAX_GROUP: usize = 512;
@@ -157,6 +158,7 @@ fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.execute_batch(SCHEMA)?;
+    conn.execute_batch(kv::SCHEMA)?;
     Ok(conn)
 }
 
@@ -196,6 +198,9 @@ fn run_jobs(conn: Connection, rx: mpsc::Receiver<Job>) {
                 conn.execute("DELETE FROM keys WHERE expires_at <= ?1", [now_ms() as i64])
             {
                 tracing::warn!(error = %e, "could not delete expired idempotency keys");
+            }
+            if let Err(e) = kv::sweep(&conn, now_ms()) {
+                tracing::warn!(error = %e, "could not delete expired key-value entries");
             }
         }
         let commit = conn.execute_batch("COMMIT").map_err(|e| e.to_string());

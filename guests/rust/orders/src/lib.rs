@@ -11,12 +11,16 @@
 //! Config `work_ms` makes every call sleep that long first (simulated work).
 //!
 //! Otherwise publishes `{"order": id, "qty": qty, "source": message-id}` to
-//! the queue named by config `followup_queue` (default `shipping`).
+//! the queue named by config `followup_queue` (default `shipping`) and
+//! counts the forward in the key-value store (key `forwarded`). Without the
+//! key-value grant it logs a warning and forwards the order all the same.
 use serde_json::{Map, Value, json};
 use sluice_guest::{Guest, Level, Message, Outcome, PublishOptions};
 
 const DEFAULT_RETRY_DELAY_MS: u64 = 10;
 const DEFAULT_FOLLOWUP_QUEUE: &str = "shipping";
+/// The key-value counter of forwarded orders.
+const FORWARDED_KEY: &str = "forwarded";
 
 struct Orders;
 
@@ -59,6 +63,7 @@ trait Host {
     fn log(&self, level: Level, message: &str);
     fn config(&self, key: &str) -> Option<String>;
     fn publish(&self, queue: &str, payload: &[u8], options: &PublishOptions) -> Result<(), String>;
+    fn increment(&self, key: &str, delta: i64) -> Result<i64, String>;
 }
 
 /// The real host, through the component's imports.
@@ -73,6 +78,9 @@ impl Host for Imports {
     }
     fn publish(&self, queue: &str, payload: &[u8], options: &PublishOptions) -> Result<(), String> {
         sluice_guest::publish::publish(queue, payload, options)
+    }
+    fn increment(&self, key: &str, delta: i64) -> Result<i64, String> {
+        sluice_guest::kv::increment(key, delta)
     }
 }
 
@@ -160,13 +168,21 @@ fn handle(message: &Message, host: &impl Host) -> Outcome {
         );
         return Outcome::Retry(None);
     }
-    host.log(
-        Level::Info,
-        &format!(
-            "order {} (qty {}) from message {} forwarded to {queue}",
-            order.id_text, order.qty, message.id
-        ),
+    let line = format!(
+        "order {} (qty {}) from message {} forwarded to {queue}",
+        order.id_text, order.qty, message.id
     );
+    // The count is a statistic: without it the order still goes through.
+    match host.increment(FORWARDED_KEY, 1) {
+        Ok(n) => host.log(Level::Info, &format!("{line} (forwarded: {n})")),
+        Err(e) => {
+            host.log(
+                Level::Warn,
+                &format!("order {}: not counted: {e}", order.id_text),
+            );
+            host.log(Level::Info, &line);
+        }
+    }
     Outcome::Done
 }
 
@@ -183,6 +199,8 @@ mod tests {
     struct Fake {
         config: Vec<(&'static str, &'static str)>,
         fail_publish: bool,
+        /// The `forwarded` counter; `None`: not granted the key-value store.
+        counter: Option<RefCell<i64>>,
         /// (queue, payload, headers) of each publish.
         published: RefCell<Vec<Published>>,
         logs: RefCell<Vec<(u8, String)>>,
@@ -210,6 +228,12 @@ mod tests {
                 .borrow_mut()
                 .push((queue.into(), v, o.headers.clone()));
             Ok(())
+        }
+        fn increment(&self, key: &str, delta: i64) -> Result<i64, String> {
+            assert_eq!(key, "forwarded");
+            let counter = self.counter.as_ref().ok_or("not granted")?;
+            *counter.borrow_mut() += delta;
+            Ok(*counter.borrow())
         }
     }
 
@@ -308,6 +332,40 @@ mod tests {
         assert!(
             logs.iter()
                 .any(|(l, m)| *l == Level::Error as u8 && m.contains("queue full"))
+        );
+    }
+
+    #[test]
+    fn counts_forwards_in_the_store() {
+        let h = Fake {
+            counter: Some(RefCell::new(0)),
+            ..Default::default()
+        };
+        assert_eq!(run(r#"{"id":"A7","qty":3}"#, 1, &h), "Outcome::Done");
+        assert_eq!(run(r#"{"id":42}"#, 1, &h), "Outcome::Done");
+        assert_eq!(run(r#"{"id":1,"retry_until_attempt":2}"#, 1, &h), "Outcome::Retry(Some(10))");
+        assert_eq!(*h.counter.as_ref().unwrap().borrow(), 2, "only forwards count");
+        let logs = h.logs.borrow();
+        assert_eq!(
+            logs[..2],
+            [
+                (Level::Info as u8, "order A7 (qty 3) from message m-1 forwarded to shipping (forwarded: 1)".to_string()),
+                (Level::Info as u8, "order 42 (qty 1) from message m-1 forwarded to shipping (forwarded: 2)".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn forwards_without_the_store_and_warns() {
+        let h = Fake::default();
+        assert_eq!(run(r#"{"id":5}"#, 1, &h), "Outcome::Done");
+        assert_eq!(h.published.borrow().len(), 1);
+        assert_eq!(
+            *h.logs.borrow(),
+            [
+                (Level::Warn as u8, "order 5: not counted: not granted".to_string()),
+                (Level::Info as u8, "order 5 (qty 1) from message m-1 forwarded to shipping".to_string()),
+            ]
         );
     }
 }

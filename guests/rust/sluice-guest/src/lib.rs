@@ -25,6 +25,10 @@ pub mod bindings {
 }
 
 pub use bindings::sluice::handler::config;
+/// The handler's own key-value store (`get`, `set`, `delete`, `increment`);
+/// every call fails unless the sidecar grants `kv = true` under
+/// `[capabilities]`.
+pub use bindings::sluice::handler::kv;
 pub use bindings::sluice::handler::log::Level;
 pub use bindings::sluice::handler::publish::{self, PublishOptions};
 pub use bindings::sluice::handler::types::{DelayMs, Message, Outcome};
