@@ -111,6 +111,7 @@ fn host_id() -> String {
 
 /// Tell the broker what this host serves and refused, for `sluice stats`.
 async fn report(broker: &dyn Broker, registry: &Registry, host: &str) {
+    registry.sync_bindings().await;
     let now = crate::message::now_ms();
     let statuses = registry
         .statuses()

@@ -14,7 +14,9 @@ use crate::policy::{Backoff, RetryPolicy};
 use crate::units::{Dur, Size};
 
 mod capabilities;
+mod subscriptions;
 pub use capabilities::{Capabilities, HostPattern, HttpAllow};
+pub use subscriptions::Subscription;
 
 /// The default broker URL when neither the CLI nor `sluice.toml` names one.
 pub const DEFAULT_BROKER: &str = "sqlite://sluice.db";
@@ -107,6 +109,8 @@ struct RawHandler {
     config: BTreeMap<String, toml::Value>,
     #[serde(default)]
     capabilities: Capabilities,
+    #[serde(default)]
+    subscribe: Vec<subscriptions::RawSubscription>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -181,6 +185,8 @@ pub struct HandlerSpec {
     pub config: BTreeMap<String, String>,
     /// What the handler is granted beyond WASI with nothing (`[capabilities]`).
     pub capabilities: Capabilities,
+    /// The topics its queue is bound to (`[[subscribe]]`).
+    pub subscriptions: Vec<Subscription>,
 }
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -259,6 +265,7 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         idempotency: resolve_idempotency(raw.idempotency)?,
         config: resolve_values(raw.config)?,
         capabilities: raw.capabilities,
+        subscriptions: subscriptions::resolve(raw.subscribe)?,
     })
 }
 

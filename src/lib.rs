@@ -6,8 +6,9 @@
 //! The parts:
 //!
 //! * [`message`] — the envelope: what is published and what is delivered.
-//! * [`broker`] — the `Broker` trait and its backends (`sqlite`).
+//! * [`broker`] — the `Broker` trait and its backends (`sqlite`, `redis`).
 //! * [`policy`] — pure retry and dead-letter decisions.
+//! * [`topic`] — routing keys, patterns and which queues a topic publish reaches.
 //! * [`config`] — `sluice.toml` and handler sidecars.
 //! * [`runtime`] — the wasmtime engine, limits and the one `bindgen!`.
 //! * [`host`] — the host side of each imported WIT interface.
@@ -16,6 +17,7 @@
 //! * [`registry`] — the live set of handlers: load, swap, unload.
 //! * [`reload`] — watching the handlers directory for complete changes.
 //! * [`worker`] — the dispatch loop of one queue.
+//! * [`client`] — publishing from Rust applications ([`Client`]).
 //! * [`app`] — `run`: the registry, the watcher, shutdown, `--until-idle`.
 //! * [`cli`] — the `sluice` command line.
 
@@ -24,6 +26,7 @@ pub mod broker;
 pub mod cache;
 pub mod check;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod host;
 pub mod message;
@@ -31,5 +34,8 @@ pub mod policy;
 pub mod registry;
 pub mod reload;
 pub mod runtime;
+pub mod topic;
 pub mod units;
 pub mod worker;
+
+pub use client::Client;

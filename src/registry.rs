@@ -19,11 +19,12 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 
-use crate::broker::Broker;
+use crate::broker::{Broker, STATUS_EVERY};
 use crate::cache::{CompileCache, Source};
 use crate::check;
 use crate::config::HandlerSpec;
 use crate::runtime::{Handler, MAX_HANDLER_MEMORY, Runtime};
+use crate::topic::Binding;
 use crate::units::format_size;
 use crate::worker::{QueueWorker, WorkerStats};
 
@@ -144,9 +145,12 @@ impl Registry {
                 .await
         };
         let handler = match loaded {
-            // A granted handler keeps its key-value store in this broker.
-            Ok(Ok(h)) if h.spec.capabilities.kv => h.with_kv(self.broker.clone()),
-            Ok(Ok(h)) => h,
+            // Topic publishes are routed by this broker's bindings, and a
+            // granted handler keeps its key-value store in it.
+            Ok(Ok(h)) if h.spec.capabilities.kv => h
+                .with_topics(self.broker.clone())
+                .with_kv(self.broker.clone()),
+            Ok(Ok(h)) => h.with_topics(self.broker.clone()),
             Ok(Err(reason)) => return self.refuse(name, &wasm, reason).await,
             Err(e) => {
                 return self
@@ -154,6 +158,8 @@ impl Registry {
                     .await;
             }
         };
+        // Before the registry's lock: a broker that is away must not hold it.
+        bind(&*self.broker, &handler.spec).await;
         let mut state = self.state.lock().await;
         if let Some((other, _)) = state
             .running
@@ -229,6 +235,18 @@ impl Registry {
             .chain(state.retired.iter())
             .map(|r| (r.queue.clone(), r.stats.clone()))
             .collect()
+    }
+
+    /// Bind every serving handler's topics again, so that bindings lost with
+    /// a broker's data, or not written while it was away, come back.
+    pub async fn sync_bindings(&self) {
+        let specs: Vec<Arc<Handler>> = {
+            let state = self.state.lock().await;
+            state.running.values().map(|r| r.handler.clone()).collect()
+        };
+        for h in specs {
+            bind(&*self.broker, &h.spec).await;
+        }
     }
 
     /// Every handler the host knows, serving or refused.
@@ -371,4 +389,24 @@ pub fn load_file(
         pre,
         max_message_size,
     ))
+}
+
+/// Make the broker's bindings from this handler's sidecar exactly those its
+/// `[[subscribe]]` tables declare. Bindings made on the command line are
+/// left alone. A broker that is away is tried again with the next report.
+async fn bind(broker: &dyn Broker, spec: &HandlerSpec) {
+    let origin = Binding::origin_of_handler(&spec.name);
+    let bindings: Vec<Binding> = spec
+        .subscriptions
+        .iter()
+        .map(|s| Binding {
+            topic: s.topic.clone(),
+            queue: spec.queue.clone(),
+            pattern: s.pattern.clone(),
+            origin: origin.clone(),
+        })
+        .collect();
+    if let Err(e) = broker.replace_bindings(&origin, &bindings).await {
+        tracing::error!(handler = %spec.name, "could not bind its topics: {e}; trying again in {STATUS_EVERY:?}");
+    }
 }

@@ -14,10 +14,12 @@ use crate::message::{Delivery, NewMessage};
 pub mod kv;
 pub mod redis;
 pub mod sqlite;
+pub mod topics;
 
 pub use self::redis::RedisBroker;
 pub use kv::KvStore;
 pub use sqlite::SqliteBroker;
+pub use topics::TopicStore;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
@@ -161,9 +163,10 @@ pub struct ReplaySelector {
     pub ids: Vec<String>,
 }
 
-/// Every broker also keeps the handlers' key-value stores ([`KvStore`]).
+/// Every broker also keeps the handlers' key-value stores ([`KvStore`]) and
+/// the topics' bindings ([`TopicStore`]).
 #[async_trait]
-pub trait Broker: KvStore + Send + Sync + 'static {
+pub trait Broker: KvStore + TopicStore + Send + Sync + 'static {
     /// Enqueue messages, each after its own delay. Returns their ids in order.
     async fn publish(&self, messages: Vec<NewMessage>) -> Result<Vec<String>>;
 

@@ -14,6 +14,7 @@ mod new;
 mod run;
 mod send;
 mod stats;
+mod topics;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -22,7 +23,7 @@ mod stats;
     about = "Run sandboxed WebAssembly handlers over a message queue"
 )]
 pub struct Cli {
-    /// Broker URL: sqlite://PATH (default sqlite://sluice.db).
+    /// Broker URL: sqlite://PATH (default sqlite://sluice.db) or redis://HOST:PORT[/DB].
     #[arg(long, global = true, value_name = "URL")]
     pub broker: Option<String>,
     /// Config file (default: sluice.toml, when it exists).
@@ -45,6 +46,8 @@ pub enum Command {
     Dlq(dlq::DlqArgs),
     /// Per-queue counts, and the handlers the running hosts serve.
     Stats(stats::StatsArgs),
+    /// List topics and their bindings; bind or unbind a queue.
+    Topics(topics::TopicsArgs),
     /// Validate a handler component against the WIT world.
     Check(check::CheckArgs),
     /// Scaffold a handler project: rust, python, js or c.
@@ -103,6 +106,7 @@ pub async fn main(cli: Cli) -> Result<()> {
         Command::Send(args) => send::send(&ctx, args).await,
         Command::Dlq(args) => dlq::dlq(&ctx, args).await,
         Command::Stats(args) => stats::stats(&ctx, args).await,
+        Command::Topics(args) => topics::topics(&ctx, args).await,
         Command::Check(args) => check::check(&ctx, args),
         Command::New(args) => new::new(&ctx, args),
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use crate::broker::KvStore;
+use crate::broker::{KvStore, TopicStore};
 use crate::config::Capabilities;
 use crate::message::NewMessage;
 use crate::runtime::limits::MemoryLimiter;
@@ -39,6 +39,8 @@ pub struct HandlerContext {
     /// Where the key-value store lives; set only when `capabilities.kv`
     /// grants it and the host has a broker.
     pub kv: Option<Arc<dyn KvStore>>,
+    /// Where topic bindings are looked up for `publish-to-topic`.
+    pub topics: Option<Arc<dyn TopicStore>>,
 }
 
 /// The data of one store: one instance of one handler.

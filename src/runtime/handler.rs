@@ -11,7 +11,7 @@ use wasmtime::{Store, UpdateDeadline, WasmBacktrace};
 use super::Runtime;
 use super::bindings::{self, HandlerPre};
 use super::limits::TimedOut;
-use crate::broker::KvStore;
+use crate::broker::{KvStore, TopicStore};
 use crate::check::one_line;
 use crate::config::{HandlerSpec, InstanceMode};
 use crate::host::{HandlerContext, HostState};
@@ -73,6 +73,7 @@ impl Handler {
             timeout: spec.timeout,
             capabilities: spec.capabilities.clone(),
             kv: None,
+            topics: None,
         });
         Handler {
             spec,
@@ -93,6 +94,15 @@ impl Handler {
         Arc::get_mut(&mut self.context)
             .expect("a handler gets its key-value store before its first instance")
             .kv = Some(store);
+        self
+    }
+
+    /// Give the handler the broker's topic bindings, for `publish-to-topic`.
+    /// Called before the handler serves, like [`Handler::with_kv`].
+    pub fn with_topics(mut self, store: Arc<dyn TopicStore>) -> Self {
+        Arc::get_mut(&mut self.context)
+            .expect("a handler gets its topics before its first instance")
+            .topics = Some(store);
         self
     }
 

@@ -22,11 +22,14 @@ pub mod bindings {
         // `handle` runs on a fiber so that the epoch deadline can yield to
         // tokio and time the call out.
         exports: { default: async },
-        // The key-value calls wait on the broker: async, so the fiber
-        // yields to tokio meanwhile, and trappable, so a call that outlives
-        // the handler's timeout can end the attempt as a timeout. The other
-        // imports are quick, plain calls.
-        imports: { "sluice:handler/kv": async | trappable },
+        // The key-value calls and topic publishes wait on the broker: async,
+        // so the fiber yields to tokio meanwhile, and trappable, so a call
+        // that outlives the handler's timeout can end the attempt as a
+        // timeout. The other imports are quick, plain calls.
+        imports: {
+            "sluice:handler/kv": async | trappable,
+            "sluice:handler/publish.publish-to-topic": async | trappable,
+        },
     });
 }
 

@@ -30,6 +30,7 @@ use crate::message::{Delivery, NewMessage, hostname, new_id, now_ms};
 mod codec;
 mod kv;
 mod scripts;
+mod topics;
 
 use codec::{Entry, array, int, text};
 

@@ -26,6 +26,7 @@ use crate::message::{Delivery, NewMessage, now_ms};
 
 mod kv;
 mod store;
+mod topics;
 
 use store::{
     DEAD_COLUMNS, claim, dead_from_row, insert_messages, receive, replay, settle, stats, storage,
@@ -159,6 +160,7 @@ fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.execute_batch(SCHEMA)?;
     conn.execute_batch(kv::SCHEMA)?;
+    conn.execute_batch(topics::SCHEMA)?;
     Ok(conn)
 }
 

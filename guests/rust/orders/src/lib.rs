@@ -11,9 +11,11 @@
 //! Config `work_ms` makes every call sleep that long first (simulated work).
 //!
 //! Otherwise publishes `{"order": id, "qty": qty, "source": message-id}` to
-//! the queue named by config `followup_queue` (default `shipping`) and
-//! counts the forward in the key-value store (key `forwarded`). Without the
-//! key-value grant it logs a warning and forwards the order all the same.
+//! the queue named by config `followup_queue` (default `shipping`), announces
+//! it on the topic named by config `events_topic` (if set) with routing key
+//! `orders.<region>.created`, and counts the forward in the key-value store
+//! (key `forwarded`). Without the key-value grant it logs a warning and
+//! forwards the order all the same. See `guests/spec/ORDERS.md`.
 use serde_json::{Map, Value, json};
 use sluice_guest::{Guest, Level, Message, Outcome, PublishOptions};
 
@@ -30,6 +32,8 @@ struct Order {
     /// The id as text, for headers and logs.
     id_text: String,
     qty: u64,
+    /// The routing key's middle word: the order's `region`, or `default`.
+    region: String,
 }
 
 fn malformed(why: impl std::fmt::Display) -> Outcome {
@@ -54,7 +58,29 @@ fn parse_order(obj: &Map<String, Value>) -> Result<Order, Outcome> {
             }
         },
     };
-    Ok(Order { id, id_text, qty })
+    let region = match obj.get("region") {
+        None => "default".to_string(),
+        Some(Value::String(r)) if is_word(r) => r.clone(),
+        Some(_) => {
+            return Err(malformed(
+                "`region` must be a word of letters, digits, - or _",
+            ));
+        }
+    };
+    Ok(Order {
+        id,
+        id_text,
+        qty,
+        region,
+    })
+}
+
+/// 1 to 32 of letters, digits, `-` and `_`: one word of a routing key.
+fn is_word(s: &str) -> bool {
+    (1..=32).contains(&s.len())
+        && s
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 /// The host calls the handler makes; a trait so the logic can be unit-tested
@@ -63,6 +89,13 @@ trait Host {
     fn log(&self, level: Level, message: &str);
     fn config(&self, key: &str) -> Option<String>;
     fn publish(&self, queue: &str, payload: &[u8], options: &PublishOptions) -> Result<(), String>;
+    fn publish_to_topic(
+        &self,
+        topic: &str,
+        route: &str,
+        payload: &[u8],
+        options: &PublishOptions,
+    ) -> Result<u32, String>;
     fn increment(&self, key: &str, delta: i64) -> Result<i64, String>;
 }
 
@@ -78,6 +111,15 @@ impl Host for Imports {
     }
     fn publish(&self, queue: &str, payload: &[u8], options: &PublishOptions) -> Result<(), String> {
         sluice_guest::publish::publish(queue, payload, options)
+    }
+    fn publish_to_topic(
+        &self,
+        topic: &str,
+        route: &str,
+        payload: &[u8],
+        options: &PublishOptions,
+    ) -> Result<u32, String> {
+        sluice_guest::publish::publish_to_topic(topic, route, payload, options)
     }
     fn increment(&self, key: &str, delta: i64) -> Result<i64, String> {
         sluice_guest::kv::increment(key, delta)
@@ -168,6 +210,29 @@ fn handle(message: &Message, host: &impl Host) -> Outcome {
         );
         return Outcome::Retry(None);
     }
+    if let Some(topic) = host.config("events_topic") {
+        let route = format!("orders.{}.created", order.region);
+        match host.publish_to_topic(&topic, &route, &payload, &options) {
+            Ok(n) => host.log(
+                Level::Info,
+                &format!(
+                    "order {} announced on {topic} as {route} to {n} queue(s)",
+                    order.id_text
+                ),
+            ),
+            Err(e) => {
+                host.log(
+                    Level::Error,
+                    &format!(
+                        "order {}: publish to topic {topic:?} failed: {e}",
+                        order.id_text
+                    ),
+                );
+                // The held follow-up is dropped with the retry.
+                return Outcome::Retry(None);
+            }
+        }
+    }
     let line = format!(
         "order {} (qty {}) from message {} forwarded to {queue}",
         order.id_text, order.qty, message.id
@@ -199,6 +264,8 @@ mod tests {
     struct Fake {
         config: Vec<(&'static str, &'static str)>,
         fail_publish: bool,
+        /// Queues bound to the `events_topic`; none: the topic publish fails.
+        bound: u32,
         /// The `forwarded` counter; `None`: not granted the key-value store.
         counter: Option<RefCell<i64>>,
         /// (queue, payload, headers) of each publish.
@@ -228,6 +295,22 @@ mod tests {
                 .borrow_mut()
                 .push((queue.into(), v, o.headers.clone()));
             Ok(())
+        }
+        fn publish_to_topic(
+            &self,
+            topic: &str,
+            route: &str,
+            payload: &[u8],
+            o: &PublishOptions,
+        ) -> Result<u32, String> {
+            if self.bound == 0 {
+                return Err(format!("no queue is bound to topic {topic:?}"));
+            }
+            let v = serde_json::from_slice(payload).unwrap();
+            self.published
+                .borrow_mut()
+                .push((format!("{topic}/{route}"), v, o.headers.clone()));
+            Ok(self.bound)
         }
         fn increment(&self, key: &str, delta: i64) -> Result<i64, String> {
             assert_eq!(key, "forwarded");
@@ -266,6 +349,8 @@ mod tests {
             (r#"{"id":1,"qty":0}"#, "`qty` must be a positive integer"),
             (r#"{"id":1,"qty":-2}"#, "`qty` must be a positive integer"),
             (r#"{"id":1,"qty":1.5}"#, "`qty` must be a positive integer"),
+            (r#"{"id":1,"region":"e u"}"#, "`region` must be a word"),
+            (r#"{"id":1,"region":7}"#, "`region` must be a word"),
         ] {
             let r = run(p, 1, &h);
             assert!(
@@ -367,5 +452,41 @@ mod tests {
                 (Level::Info as u8, "order 5 (qty 1) from message m-1 forwarded to shipping".to_string()),
             ]
         );
+    }
+
+    #[test]
+    fn announces_on_the_events_topic() {
+        let h = Fake {
+            config: vec![("events_topic", "order-events")],
+            bound: 2,
+            ..Default::default()
+        };
+        assert_eq!(run(r#"{"id":"A7","region":"eu"}"#, 1, &h), "Outcome::Done");
+        assert_eq!(run(r#"{"id":8}"#, 1, &h), "Outcome::Done");
+        let p = h.published.borrow();
+        let targets: Vec<&str> = p.iter().map(|(q, _, _)| q.as_str()).collect();
+        assert_eq!(
+            targets,
+            [
+                "shipping",
+                "order-events/orders.eu.created",
+                "shipping",
+                "order-events/orders.default.created"
+            ]
+        );
+        assert_eq!(p[1].1, p[0].1, "the same payload as the follow-up");
+        assert!(h.logs.borrow().iter().any(|(_, m)| m
+            == "order A7 announced on order-events as orders.eu.created to 2 queue(s)"));
+    }
+
+    #[test]
+    fn an_unbound_events_topic_retries() {
+        let h = Fake {
+            config: vec![("events_topic", "order-events")],
+            ..Default::default()
+        };
+        assert_eq!(run(r#"{"id":3}"#, 1, &h), "Outcome::Retry(None)");
+        assert!(h.logs.borrow().iter().any(|(l, m)| *l == Level::Error as u8
+            && m.starts_with("order 3: publish to topic \"order-events\" failed: no queue")));
     }
 }

@@ -1,0 +1,148 @@
+//! `sluice topics [list]`, `sluice topics bind|unbind TOPIC QUEUE`.
+
+use anyhow::{Result, bail};
+use clap::{Args, Subcommand};
+
+use super::{Context, print_json};
+use crate::message::validate_queue_name;
+use crate::topic::{Binding, CLI_ORIGIN, validate_pattern, validate_topic_name};
+
+#[derive(Debug, Args)]
+pub struct TopicsArgs {
+    #[command(subcommand)]
+    pub action: Option<TopicsAction>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TopicsAction {
+    /// Every topic: its bindings and how many publishes matched none.
+    List,
+    /// Bind a queue to a topic (handlers bind theirs with [[subscribe]]).
+    Bind {
+        topic: String,
+        queue: String,
+        #[command(flatten)]
+        which: Which,
+    },
+    /// Remove a queue's binding to a topic.
+    Unbind {
+        topic: String,
+        queue: String,
+        #[command(flatten)]
+        which: Which,
+        /// Every binding of the queue to the topic.
+        #[arg(long, conflicts_with_all = ["route", "unmatched"])]
+        all: bool,
+    },
+}
+
+/// Which binding: a routing-key pattern, or the topic's catch-all.
+#[derive(Debug, Args)]
+pub struct Which {
+    /// The routing-key pattern: `*` matches one word, `#` zero or more
+    /// (default `#`, every publish).
+    #[arg(long, conflicts_with = "unmatched")]
+    pub route: Option<String>,
+    /// The catch-all: publishes that no pattern matches.
+    #[arg(long)]
+    pub unmatched: bool,
+}
+
+impl Which {
+    fn pattern(&self) -> Result<Option<String>> {
+        if self.unmatched {
+            return Ok(None);
+        }
+        let pattern = self.route.clone().unwrap_or_else(|| "#".to_string());
+        validate_pattern(&pattern).map_err(anyhow::Error::msg)?;
+        Ok(Some(pattern))
+    }
+}
+
+fn check_names(topic: &str, queue: &str) -> Result<()> {
+    validate_topic_name(topic).map_err(anyhow::Error::msg)?;
+    validate_queue_name(queue).map_err(anyhow::Error::msg)?;
+    Ok(())
+}
+
+pub async fn topics(ctx: &Context, args: TopicsArgs) -> Result<()> {
+    let broker = ctx.broker().await?;
+    match args.action.unwrap_or(TopicsAction::List) {
+        TopicsAction::List => {
+            let all = broker.topic_stats().await?;
+            if ctx.json {
+                return print_json(&all);
+            }
+            println!(
+                "{:<24} {:<24} {:<28} {:<16} UNMATCHED",
+                "TOPIC", "QUEUE", "ROUTE", "ORIGIN"
+            );
+            for t in &all {
+                if t.bindings.is_empty() {
+                    println!(
+                        "{:<24} {:<24} {:<28} {:<16} {}",
+                        t.topic, "-", "-", "-", t.unmatched
+                    );
+                }
+                for (i, b) in t.bindings.iter().enumerate() {
+                    let unmatched = if i == 0 {
+                        t.unmatched.to_string()
+                    } else {
+                        String::new()
+                    };
+                    let route = b.pattern.as_deref().unwrap_or("(catch-all)");
+                    println!(
+                        "{:<24} {:<24} {:<28} {:<16} {unmatched}",
+                        t.topic, b.queue, route, b.origin
+                    );
+                }
+            }
+        }
+        TopicsAction::Bind {
+            topic,
+            queue,
+            which,
+        } => {
+            check_names(&topic, &queue)?;
+            let binding = Binding {
+                pattern: which.pattern()?,
+                topic,
+                queue,
+                origin: CLI_ORIGIN.to_string(),
+            };
+            broker.bind(std::slice::from_ref(&binding)).await?;
+            if ctx.json {
+                print_json(&binding)?;
+            } else {
+                let route = binding.pattern.as_deref().unwrap_or("(catch-all)");
+                println!(
+                    "bound {} to topic {} for {route}",
+                    binding.queue, binding.topic
+                );
+            }
+        }
+        TopicsAction::Unbind {
+            topic,
+            queue,
+            which,
+            all,
+        } => {
+            check_names(&topic, &queue)?;
+            let pattern = if all { None } else { which.pattern()? };
+            let removed = broker
+                .unbind(&topic, &queue, pattern.as_deref(), all)
+                .await?;
+            if removed == 0 {
+                bail!(
+                    "queue {queue:?} has no such binding to topic {topic:?}: see `sluice topics`"
+                );
+            }
+            if ctx.json {
+                print_json(&serde_json::json!({ "removed": removed }))?;
+            } else {
+                println!("removed {removed} binding(s) of {queue} to topic {topic}");
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,186 @@
+//! Publishing from Rust applications: [`Client`] puts messages into sluice
+//! queues and topics on either broker, the same way `sluice send` does.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use sluice::client::{Client, PublishOptions};
+//!
+//! let client = Client::connect("sqlite://sluice.db").await?;
+//! // One message into one queue; the id comes back.
+//! let id = client.publish("orders", br#"{"id": 7, "qty": 2}"#).await?;
+//! // With an idempotency key, a header and a delay.
+//! let options = PublishOptions::default()
+//!     .key("order-7")
+//!     .header("source", "shop")
+//!     .delay(std::time::Duration::from_secs(5));
+//! client.publish_with("orders", b"...", options).await?;
+//! // Into every queue bound to a topic with a matching route.
+//! let copies = client
+//!     .publish_to_topic("orders", "orders.eu.created", b"...")
+//!     .await?;
+//! println!("{id}; the topic publish reached {} queues", copies.len());
+//! # Ok(())
+//! # }
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::broker::{Broker, BrokerError};
+use crate::message::{DEFAULT_MAX_MESSAGE_SIZE, NewMessage};
+use crate::topic;
+
+/// Why a publish was not made. Nothing was enqueued when this is returned,
+/// except where a topic publish's copies went to queues on several Redis
+/// Cluster slots and the broker failed part way (then retry with the same
+/// idempotency key).
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// Bad input: a queue, topic or routing key name, a message over the size
+    /// limit, or a topic publish that no bound queue takes.
+    #[error("{0}")]
+    Refused(String),
+    /// The broker could not be reached or failed.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+}
+
+/// Optional settings of one publish.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PublishOptions {
+    pub headers: Vec<(String, String)>,
+    /// Idempotency key; the new message's id when `None`.
+    pub key: Option<String>,
+    /// Deliver no earlier than this long after the publish.
+    pub delay: Duration,
+}
+
+impl PublishOptions {
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    fn message(self, queue: &str, payload: &[u8]) -> NewMessage {
+        NewMessage {
+            queue: queue.to_string(),
+            payload: payload.to_vec(),
+            headers: self.headers,
+            key: self.key,
+            delay: self.delay,
+        }
+    }
+}
+
+/// One copy of a topic publish: the queue it went to and its message id.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Copy {
+    pub queue: String,
+    pub id: String,
+}
+
+/// A publisher on one broker. Cheap to clone; share one per application.
+#[derive(Clone)]
+pub struct Client {
+    broker: Arc<dyn Broker>,
+    max_message_size: u64,
+}
+
+impl Client {
+    /// Connect to `sqlite://PATH` or `redis://HOST:PORT[/DB]`.
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        Ok(Client::from_broker(crate::broker::connect(url).await?))
+    }
+
+    /// Publish through a broker that is already open.
+    pub fn from_broker(broker: Arc<dyn Broker>) -> Self {
+        Client {
+            broker,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+        }
+    }
+
+    /// Refuse messages over `bytes` of payload and headers (default 1 MiB,
+    /// as `max_message_size` in `sluice.toml`).
+    pub fn with_max_message_size(mut self, bytes: u64) -> Self {
+        self.max_message_size = bytes;
+        self
+    }
+
+    /// Publish `payload` to `queue`; returns the message id.
+    pub async fn publish(&self, queue: &str, payload: &[u8]) -> Result<String, PublishError> {
+        self.publish_with(queue, payload, PublishOptions::default())
+            .await
+    }
+
+    pub async fn publish_with(
+        &self,
+        queue: &str,
+        payload: &[u8],
+        options: PublishOptions,
+    ) -> Result<String, PublishError> {
+        let ids = self
+            .publish_all(vec![options.message(queue, payload)])
+            .await?;
+        Ok(ids.into_iter().next().expect("one id per message"))
+    }
+
+    /// Publish several messages, to any queues, in one broker call; returns
+    /// their ids in order. On SQLite they commit together.
+    pub async fn publish_all(
+        &self,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<String>, PublishError> {
+        for m in &messages {
+            m.validate(self.max_message_size)
+                .map_err(PublishError::Refused)?;
+        }
+        Ok(self.broker.publish(messages).await?)
+    }
+
+    /// Publish `payload` to `topic` with routing key `route`: one copy into
+    /// every queue whose binding matches, or into the topic's catch-all
+    /// queues when none does. Refused when no queue would take it.
+    pub async fn publish_to_topic(
+        &self,
+        topic: &str,
+        route: &str,
+        payload: &[u8],
+    ) -> Result<Vec<Copy>, PublishError> {
+        self.publish_to_topic_with(topic, route, payload, PublishOptions::default())
+            .await
+    }
+
+    pub async fn publish_to_topic_with(
+        &self,
+        topic: &str,
+        route: &str,
+        payload: &[u8],
+        options: PublishOptions,
+    ) -> Result<Vec<Copy>, PublishError> {
+        let copies =
+            topic::fan_out(&*self.broker, topic, route, options.message("", payload)).await?;
+        let queues: Vec<String> = copies.iter().map(|c| c.queue.clone()).collect();
+        let ids = self.publish_all(copies).await?;
+        Ok(queues
+            .into_iter()
+            .zip(ids)
+            .map(|(queue, id)| Copy { queue, id })
+            .collect())
+    }
+
+    /// The broker this client publishes to.
+    pub fn broker(&self) -> &Arc<dyn Broker> {
+        &self.broker
+    }
+}
