@@ -441,3 +441,4 @@ conformance!(redis_cluster_broker, redis_cluster());
 // The key-value store's checks, run through `conformance!` on the same
 // backends (declared after the macro, which they use).
 mod kv;
+mod topics;
