@@ -68,6 +68,9 @@ fn same_outcomes(lang: &str) {
     let cases = [
         ("valid", r#"{"id": 7, "qty": 2}"#),
         ("string id", r#"{"id": "A-1"}"#),
+        // Non-ASCII text through every string the guest passes to the host
+        // (the log line, the header, the published JSON).
+        ("unicode id", r#"{"id": "Å-1 🚚"}"#),
         (
             "retries then done",
             r#"{"id": 8, "retry_until_attempt": 3}"#,
@@ -92,13 +95,18 @@ fn same_outcomes(lang: &str) {
         3,
         "{lang}: {log}"
     );
-    assert_eq!(stats["orders"]["done"], 3, "{lang}: {}", stats["orders"]);
+    assert_eq!(stats["orders"]["done"], 4, "{lang}: {}", stats["orders"]);
     assert_eq!(stats["orders"]["dead"], 6, "{lang}: {}", stats["orders"]);
     assert_eq!(
         stats["orders"]["retried"], 4,
         "{lang}: two for `retries then done`, two for `always retry`"
     );
-    assert_eq!(lines_with(&log, "forwarded to shipping").len(), 3, "{lang}");
+    assert_eq!(lines_with(&log, "forwarded to shipping").len(), 4, "{lang}");
+    assert_eq!(
+        lines_with(&log, "order Å-1 🚚 (qty 1) from message").len(),
+        1,
+        "{lang}: {log}"
+    );
 
     let reason = |label: &str| -> String {
         let shown = env.sluice(&["--json", "dlq", "show", "orders", &ids[label]]);
@@ -149,7 +157,12 @@ fn same_outcomes(lang: &str) {
         })
         .collect();
     shipped.sort();
-    let expected = [("7", "7/2"), ("8", "8/1"), ("A-1", "\"A-1\"/1")]
+    let expected = [
+        ("7", "7/2"),
+        ("8", "8/1"),
+        ("A-1", "\"A-1\"/1"),
+        ("Å-1 🚚", "\"Å-1 🚚\"/1"),
+    ]
         .map(|(a, b)| (a.to_string(), b.to_string()));
     assert_eq!(shipped, expected, "{lang}");
 }
