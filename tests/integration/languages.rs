@@ -163,7 +163,7 @@ fn same_outcomes(lang: &str) {
         ("A-1", "\"A-1\"/1"),
         ("Å-1 🚚", "\"Å-1 🚚\"/1"),
     ]
-        .map(|(a, b)| (a.to_string(), b.to_string()));
+    .map(|(a, b)| (a.to_string(), b.to_string()));
     assert_eq!(shipped, expected, "{lang}");
 }
 
