@@ -102,6 +102,12 @@ fn files(lang: Lang) -> &'static [File] {
                 true,
             ),
             (
+                // The same patch the repository's JS guests are built with.
+                "patch-componentize.mjs",
+                include_str!("../../guests/js/patch-componentize.mjs"),
+                false,
+            ),
+            (
                 "README.md",
                 include_str!("../../templates/js/README.md"),
                 false,

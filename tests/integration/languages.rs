@@ -75,6 +75,9 @@ fn same_outcomes(lang: &str) {
     let cases = [
         ("valid", r#"{"id": 7, "qty": 2}"#),
         ("string id", r#"{"id": "A-1"}"#),
+        // Non-ASCII text through every string the guest passes to the host
+        // (the log line, the header, the published JSON).
+        ("unicode id", r#"{"id": "Å-1 🚚"}"#),
         (
             "retries then done",
             r#"{"id": 8, "retry_until_attempt": 3}"#,
@@ -100,13 +103,18 @@ fn same_outcomes(lang: &str) {
         3,
         "{lang}: {log}"
     );
-    assert_eq!(stats["orders"]["done"], 3, "{lang}: {}", stats["orders"]);
+    assert_eq!(stats["orders"]["done"], 4, "{lang}: {}", stats["orders"]);
     assert_eq!(stats["orders"]["dead"], 6, "{lang}: {}", stats["orders"]);
     assert_eq!(
         stats["orders"]["retried"], 4,
         "{lang}: two for `retries then done`, two for `always retry`"
     );
-    assert_eq!(lines_with(&log, "forwarded to shipping").len(), 3, "{lang}");
+    assert_eq!(lines_with(&log, "forwarded to shipping").len(), 4, "{lang}");
+    assert_eq!(
+        lines_with(&log, "order Å-1 🚚 (qty 1) from message").len(),
+        1,
+        "{lang}: {log}"
+    );
     forwards_are_counted(lang, &env, &log, &uncounted);
 
     let reason = |label: &str| -> String {
@@ -158,8 +166,13 @@ fn same_outcomes(lang: &str) {
         })
         .collect();
     shipped.sort();
-    let expected = [("7", "7/2"), ("8", "8/1"), ("A-1", "\"A-1\"/1")]
-        .map(|(a, b)| (a.to_string(), b.to_string()));
+    let expected = [
+        ("7", "7/2"),
+        ("8", "8/1"),
+        ("A-1", "\"A-1\"/1"),
+        ("Å-1 🚚", "\"Å-1 🚚\"/1"),
+    ]
+    .map(|(a, b)| (a.to_string(), b.to_string()));
     assert_eq!(shipped, expected, "{lang}");
 }
 
@@ -174,10 +187,10 @@ fn forwards_are_counted(lang: &str, env: &Env, log: &str, uncounted: &str) {
         })
         .collect();
     counts.sort();
-    assert_eq!(counts, [1, 2, 3], "{lang}: one count per forward");
+    assert_eq!(counts, [1, 2, 3, 4], "{lang}: one count per forward");
     let (rt, broker) = env.broker();
     let stored = rt.block_on(broker.kv_get("orders", "forwarded")).unwrap();
-    assert_eq!(stored.as_deref(), Some(&b"3"[..]), "{lang}");
+    assert_eq!(stored.as_deref(), Some(&b"4"[..]), "{lang}");
 
     assert_eq!(env.count("orders_nokv", "done"), 1, "{lang}");
     let warning = "order 11: not counted: handler orders_nokv is not granted the key-value store: add `kv = true` under [capabilities] in orders_nokv.toml";
