@@ -98,6 +98,11 @@ pub async fn run(
         _ = follow => {}
     }
     registry.stop_all(options.grace).await;
+    // Publishes committed with the last acks may still wait in an outbox;
+    // left there, they would move on only when a host serves the queue again.
+    if let Err(e) = broker.flush().await {
+        tracing::warn!(error = %e, "could not pass on the last held publishes; the next host to serve their queues will");
+    }
     if let Err(e) = broker.put_handler_statuses(&host, Vec::new()).await {
         tracing::debug!(error = %e, "could not clear this host's handler status");
     }

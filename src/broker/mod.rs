@@ -210,6 +210,13 @@ pub trait Broker: KvStore + TopicStore + Send + Sync + 'static {
 
     /// What every host reported, stale reports included (readers filter).
     async fn handler_statuses(&self) -> Result<Vec<HandlerStatus>>;
+
+    /// Finish what the broker does in the background for this host before it
+    /// exits: on Redis, move held publishes from the outboxes of the queues
+    /// it served to their targets.
+    async fn flush(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Open the broker a URL names: `sqlite://PATH` or `redis://HOST:PORT[/DB]`.

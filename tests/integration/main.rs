@@ -35,3 +35,4 @@ mod reload;
 mod scaffold;
 mod shutdown;
 mod support;
+mod topics;

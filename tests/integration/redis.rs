@@ -223,3 +223,49 @@ fn cluster_runs_the_cli_end_to_end() {
         0
     );
 }
+
+#[test]
+fn held_publishes_of_a_queue_no_host_serves_are_relayed() {
+    let env = Env::redis();
+    // A follow-up committed to the outbox of `gone`, whose handler was
+    // removed before its relay ran (written here in the broker's own format).
+    let client = redis::Client::open(env.broker_url()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    redis::cmd("XADD")
+        .arg("sluice:{gone}:outbox")
+        .arg("*")
+        .arg(&[
+            "q",
+            "shipping",
+            "i",
+            "0123456789abcdef0123456789abcdef",
+            "k",
+            "",
+            "p",
+            "late",
+            "h",
+            "",
+            "d",
+            "0",
+        ])
+        .query::<String>(&mut conn)
+        .unwrap();
+    redis::cmd("SADD")
+        .arg("sluice:queues")
+        .arg("gone")
+        .query::<()>(&mut conn)
+        .unwrap();
+    // A host that serves only `hello` relays it all the same.
+    env.deploy("hello", "hello", None);
+    let log = env.dir.path().join("run.log");
+    let host = env.spawn_run(&log);
+    wait_until(Duration::from_secs(10), "the follow-up in shipping", || {
+        env.count("shipping", "ready") == 1
+    });
+    stop(host);
+    let shipped = env.drain("shipping");
+    assert_eq!(shipped.len(), 1);
+    assert_eq!(shipped[0].payload, b"late");
+    assert_eq!(shipped[0].id, "0123456789abcdef0123456789abcdef");
+    assert_eq!(env.count("gone", "in_flight"), 0);
+}

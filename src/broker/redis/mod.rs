@@ -837,6 +837,20 @@ impl Broker for RedisBroker {
             .map_err(classify)
     }
 
+    async fn flush(&self) -> Result<()> {
+        let queues: Vec<String> = self
+            .served
+            .lock()
+            .expect("served lock")
+            .iter()
+            .cloned()
+            .collect();
+        for q in queues {
+            relay_queue(self.conn.clone(), &q).await.map_err(classify)?;
+        }
+        Ok(())
+    }
+
     async fn handler_statuses(&self) -> Result<Vec<HandlerStatus>> {
         let mut conn = self.conn.clone();
         let all: Vec<(String, String)> = redis::cmd("HGETALL")
@@ -854,21 +868,36 @@ impl Broker for RedisBroker {
     }
 }
 
-/// Moves held publishes from the outboxes of the queues this host serves to
-/// their target queues. Runs until the broker is dropped.
+/// How often the relay also looks at the outboxes of every queue the broker
+/// knows, so that publishes held by a queue no host serves any more still
+/// reach their targets.
+const RELAY_ALL_EVERY: Duration = Duration::from_secs(2);
+
+/// Moves held publishes from the outboxes of the queues this host serves
+/// (at once when a settle wakes it, else every 50 ms) and of every known
+/// queue (every [`RELAY_ALL_EVERY`]) to their target queues. Runs until the
+/// broker is dropped.
 async fn relay_loop(conn: Conn, served: Arc<StdMutex<BTreeSet<String>>>, wake: Arc<Notify>) {
     let mut backoff = Duration::from_millis(50);
+    let mut last_all = Instant::now();
     loop {
         tokio::select! {
             _ = wake.notified() => {}
             _ = tokio::time::sleep(Duration::from_millis(50)) => {}
         }
-        let queues: Vec<String> = served
-            .lock()
-            .expect("served lock")
-            .iter()
-            .cloned()
-            .collect();
+        let mut queues: BTreeSet<String> = served.lock().expect("served lock").clone();
+        if last_all.elapsed() >= RELAY_ALL_EVERY {
+            last_all = Instant::now();
+            let mut c = conn.clone();
+            match redis::cmd("SMEMBERS")
+                .arg(QUEUES_KEY)
+                .query_async::<Vec<String>>(&mut c)
+                .await
+            {
+                Ok(all) => queues.extend(all),
+                Err(e) => tracing::warn!(error = %e, "could not list queues to relay"),
+            }
+        }
         for q in queues {
             if let Err(e) = relay_queue(conn.clone(), &q).await {
                 tracing::warn!(queue = %q, error = %e, "relaying held publishes failed; retrying in {backoff:?}");

@@ -53,7 +53,9 @@ pub async fn bindings_are_stored_listed_and_removed(b: Arc<dyn Broker>) {
     assert_eq!(b.unbind("orders", "parked", None, false).await.unwrap(), 1);
     assert_eq!(b.unbind("orders", "parked", None, false).await.unwrap(), 0);
     assert_eq!(
-        b.unbind("orders", "audit", Some("nope"), false).await.unwrap(),
+        b.unbind("orders", "audit", Some("nope"), false)
+            .await
+            .unwrap(),
         0
     );
     b.bind(&[binding("orders", "audit", Some("x.*"), CLI_ORIGIN)])
@@ -117,7 +119,11 @@ pub async fn topic_publish_copies_to_matching_queues(b: Arc<dyn Broker>) {
         .unwrap();
     let mut queues: Vec<&str> = copies.iter().map(|c| c.queue.as_str()).collect();
     queues.sort();
-    assert_eq!(queues, ["audit", "eu"], "each matching queue once, not the catch-all");
+    assert_eq!(
+        queues,
+        ["audit", "eu"],
+        "each matching queue once, not the catch-all"
+    );
     let d = &receive_n(&*b, "eu", 1).await[0];
     assert_eq!(d.payload, b"e1");
     assert_eq!(d.header(TOPIC_HEADER), Some("orders"));
@@ -149,10 +155,18 @@ pub async fn topic_publish_copies_to_matching_queues(b: Arc<dyn Broker>) {
     let stats = b.topic_stats().await.unwrap();
     let count = |t: &str| stats.iter().find(|s| s.topic == t).map(|s| s.unmatched);
     assert_eq!((count("orders"), count("nobody")), (Some(2), Some(1)));
-    assert!(b.receive("parked", 10, super::LEASE).await.unwrap().is_empty());
+    assert!(
+        b.receive("parked", 10, super::LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // Bad names never reach the broker.
     for (topic, route) in [("a/b", "x"), ("orders", "a..b"), ("orders", "a.*")] {
-        let err = client.publish_to_topic(topic, route, b"x").await.unwrap_err();
+        let err = client
+            .publish_to_topic(topic, route, b"x")
+            .await
+            .unwrap_err();
         assert!(matches!(err, PublishError::Refused(_)), "{topic} {route}");
     }
 }
