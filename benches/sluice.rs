@@ -427,14 +427,23 @@ impl Drop for RedisProcess {
     }
 }
 
-/// The handler settings of the drains: the defaults, unless
-/// `SLUICE_BENCH_PREFETCH` / `SLUICE_BENCH_CONCURRENCY` say otherwise.
-fn tuned(mut spec: HandlerSpec) -> HandlerSpec {
+/// Sidecar settings for a drain: `concurrency` and `prefetch`, `None` for
+/// the handler defaults.
+#[derive(Clone, Copy)]
+struct Settings {
+    concurrency: Option<usize>,
+    prefetch: Option<usize>,
+}
+
+/// The handler settings of the drains: `base` (the defaults, or what a
+/// section chooses), unless `SLUICE_BENCH_PREFETCH` /
+/// `SLUICE_BENCH_CONCURRENCY` say otherwise.
+fn tuned(mut spec: HandlerSpec, base: Settings) -> HandlerSpec {
     let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
-    if let Some(c) = var("SLUICE_BENCH_CONCURRENCY") {
+    if let Some(c) = var("SLUICE_BENCH_CONCURRENCY").or(base.concurrency) {
         spec.concurrency = c;
     }
-    if let Some(p) = var("SLUICE_BENCH_PREFETCH") {
+    if let Some(p) = var("SLUICE_BENCH_PREFETCH").or(base.prefetch) {
         spec.prefetch = p;
     }
     spec
@@ -445,15 +454,23 @@ async fn drains(
     runtime: &Runtime,
     name: &str,
     n: usize,
+    base: Settings,
     mut fresh_broker: impl AsyncFnMut() -> Arc<dyn Broker>,
 ) {
     // SLUICE_BENCH_MODES=reuse (say) runs only some of the three, e.g. to
     // profile one; the ratios need the native one.
     let modes = std::env::var("SLUICE_BENCH_MODES").unwrap_or("native,fresh,reuse".into());
     let wanted = |m: &str| modes.split(',').any(|w| w.trim() == m);
+    let spec = tuned(
+        load(runtime, "hello", InstanceMode::Fresh).spec.clone(),
+        base,
+    );
+    println!(
+        "drains  {name}: concurrency {}, prefetch {}",
+        spec.concurrency, spec.prefetch
+    );
     let mut native = None;
     if wanted("native") {
-        let spec = tuned(load(runtime, "hello", InstanceMode::Fresh).spec.clone());
         let label = format!("{name} native no-op");
         native = Some(drain(&label, fresh_broker().await, Arc::new(NativeNoop), spec, n).await);
     }
@@ -464,7 +481,7 @@ async fn drains(
             continue;
         }
         let handler = Arc::new(load(runtime, "hello", mode));
-        let spec = tuned(handler.spec.clone());
+        let spec = tuned(handler.spec.clone(), base);
         let label = format!("{name} hello {mode_name}");
         rates.push((
             label.clone(),
@@ -647,7 +664,11 @@ fn main() {
             invoke_costs(&runtime, &args.lang, "hello", args.calls, args.calls).await;
         }
         if run("drain") {
-            drains(&runtime, "sqlite", args.messages, async || {
+            let defaults = Settings {
+                concurrency: None,
+                prefetch: None,
+            };
+            drains(&runtime, "sqlite", args.messages, defaults, async || {
                 let dir = tempfile::tempdir().unwrap().keep();
                 Arc::new(SqliteBroker::open(dir.join("bench.db")).unwrap()) as Arc<dyn Broker>
             })
@@ -667,7 +688,13 @@ fn main() {
             let server = RedisProcess::start();
             REDIS_URL.with(|u| *u.borrow_mut() = Some(server.url.clone()));
             let n = args.redis_messages;
-            drains(&runtime, "redis", n, async || {
+            // A sidecar for a fast handler on Redis: many batches in flight
+            // hide the round trips (see "Brokers" in the README).
+            let fast = Settings {
+                concurrency: Some(64),
+                prefetch: Some(4096),
+            };
+            drains(&runtime, "redis", n, fast, async || {
                 server.flush().await;
                 Arc::new(RedisBroker::connect(&server.url).await.unwrap()) as Arc<dyn Broker>
             })

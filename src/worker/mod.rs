@@ -157,15 +157,15 @@ impl QueueWorker {
         let spec = &*self.spec;
         let mut idle = Duration::from_millis(1);
         let mut broker_backoff = Duration::from_millis(50);
-        // Receive in batches of at least half the prefetch, so that a busy
-        // queue costs one broker call per batch rather than per message.
-        let batch_floor = (spec.prefetch / 2).max(1) as u32;
+        let (floor, cap) = batch_bounds(spec.prefetch);
         loop {
             let mut permits = tokio::select! {
-                p = leases.clone().acquire_many_owned(batch_floor) => p.expect("semaphore never closes"),
+                p = leases.clone().acquire_many_owned(floor) => p.expect("semaphore never closes"),
                 _ = stop.wait_for(|s| *s) => return,
             };
-            while let Ok(more) = leases.clone().try_acquire_owned() {
+            while permits.num_permits() < cap
+                && let Ok(more) = leases.clone().try_acquire_owned()
+            {
                 permits.merge(more);
             }
             let want = permits.num_permits();
@@ -203,6 +203,17 @@ impl QueueWorker {
             let _ = leased_tx.send(leased);
         }
     }
+}
+
+/// How many deliveries one receive asks for: at least `floor`, so that a
+/// busy queue costs one broker call per batch rather than per message, and
+/// at most `cap`. The floor is an eighth of the prefetch, so that several
+/// batches are in flight at once, each at another stage (being read, having
+/// its keys taken, being handled, being settled): with one or two, every
+/// stage waits for the others' round trips.
+fn batch_bounds(prefetch: usize) -> (u32, usize) {
+    let floor = (prefetch / 8).clamp(1, 256);
+    (floor as u32, floor.max(512))
 }
 
 /// Sleep for `d`; true if `stop` turned true meanwhile.
