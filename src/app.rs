@@ -53,6 +53,7 @@ pub async fn run(
         None
     };
     let names = registry.scan()?;
+    registry.bind_sidecars(&names).await;
     for name in &names {
         registry.apply(name).await;
     }

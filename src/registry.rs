@@ -237,6 +237,25 @@ impl Registry {
             .collect()
     }
 
+    /// Bind the topics of the handlers in the directory from their sidecars
+    /// alone, before any of them serves: a handler that publishes to a topic
+    /// must not start before the handlers that subscribe to it are bound,
+    /// whatever order they load in. A sidecar that does not parse is left to
+    /// the load, which reports it.
+    pub async fn bind_sidecars(&self, names: &[String]) {
+        for name in names {
+            let sidecar = self.dir.join(format!("{name}.toml"));
+            let spec = if sidecar.exists() {
+                HandlerSpec::load(name, &sidecar)
+            } else {
+                HandlerSpec::defaults(name)
+            };
+            if let Ok(spec) = spec {
+                bind(&*self.broker, &spec).await;
+            }
+        }
+    }
+
     /// Bind every serving handler's topics again, so that bindings lost with
     /// a broker's data, or not written while it was away, come back.
     pub async fn sync_bindings(&self) {

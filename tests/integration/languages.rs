@@ -1,8 +1,15 @@
 //! The example handlers in every guest language, through one table of
 //! messages with identical expected outcomes.
+//!
+//! `orders` announces each forwarded order on the topic `order-events`. Its
+//! two subscribers are the Rust `hello` in every language's run: they only
+//! count what they get, and a Rust instance costs microseconds where a
+//! Python or JavaScript one would carry a second interpreter.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+
+use serde_json::Value;
 
 use crate::support::{Env, lines_with, repo_root};
 
@@ -41,11 +48,13 @@ fn env_for(lang: &str) -> Env {
         format!("cache_dir = {:?}\n", shared_cache().to_str().unwrap()),
     )
     .unwrap();
-    // `orders_nokv` is `orders` without the key-value grant.
+    // `orders_nokv` is `orders` without the key-value grant; `orders_unbound`
+    // announces on a topic no queue is bound to.
     for (name, source) in [
         ("hello", "hello"),
         ("orders", "orders"),
         ("orders_nokv", "orders"),
+        ("orders_unbound", "orders"),
     ] {
         std::fs::copy(
             component(lang, source),
@@ -55,12 +64,31 @@ fn env_for(lang: &str) -> Env {
     }
     let orders = sidecar(
         lang,
-        "[retry]\nmax_attempts = 3\ndelays = [\"10ms\"]\n[config]\nfollowup_queue = \"shipping\"\nretry_delay_ms = 10\n[capabilities]\nkv = true\n",
+        "[retry]\nmax_attempts = 3\ndelays = [\"10ms\"]\n[config]\nfollowup_queue = \"shipping\"\nretry_delay_ms = 10\nevents_topic = \"order-events\"\n[capabilities]\nkv = true\n",
     );
     std::fs::write(env.handlers.join("orders.toml"), orders).unwrap();
     let nokv = sidecar(lang, "[config]\nfollowup_queue = \"nokv_shipping\"\n");
     std::fs::write(env.handlers.join("orders_nokv.toml"), nokv).unwrap();
+    // Its follow-ups would go to `shipping`, whose exact contents the table
+    // checks: a retried order must leave nothing there.
+    let unbound = sidecar(
+        lang,
+        "[retry]\nmax_attempts = 3\ndelays = [\"10ms\"]\n[config]\nfollowup_queue = \"shipping\"\nevents_topic = \"order-alerts\"\n",
+    );
+    std::fs::write(env.handlers.join("orders_unbound.toml"), unbound).unwrap();
     std::fs::write(env.handlers.join("hello.toml"), sidecar(lang, "")).unwrap();
+    // The subscribers: `audit` takes every order, `eu_desk` the eu ones. The
+    // host binds every sidecar's topics before any handler serves, so both
+    // are bound before `orders` takes its first message.
+    for (name, route) in [("audit", "orders.#"), ("eu_desk", "orders.eu.*")] {
+        env.deploy(
+            "hello",
+            name,
+            Some(&format!(
+                "[[subscribe]]\ntopic = \"order-events\"\nroute = \"{route}\"\n"
+            )),
+        );
+    }
     env
 }
 
@@ -87,6 +115,9 @@ fn same_outcomes(lang: &str) {
         ("not an object", "[1, 2]"),
         ("missing id", r#"{"qty": 1}"#),
         ("bad qty", r#"{"id": 10, "qty": 0}"#),
+        ("bad region", r#"{"id": 13, "region": "e u"}"#),
+        ("region not a string", r#"{"id": 14, "region": 7}"#),
+        ("eu order", r#"{"id": "E-1", "region": "eu"}"#),
         ("not utf-8", at_binary.as_str()),
     ];
     let ids: BTreeMap<&str, String> = cases
@@ -94,32 +125,35 @@ fn same_outcomes(lang: &str) {
         .map(|(label, payload)| (*label, env.send("orders", payload, &[])))
         .collect();
     let uncounted = env.send("orders_nokv", r#"{"id": 11}"#, &[]);
+    let unannounced = env.send("orders_unbound", r#"{"id": 12}"#, &[]);
     let log = env.run_until_idle();
 
     let stats = env.stats();
     assert_eq!(stats["hello"]["done"], 3, "{lang}");
     assert_eq!(
         lines_with(&log, "hello from sluice: message").len(),
-        3,
-        "{lang}: {log}"
+        3 + 6,
+        "{lang}: three greetings, six announcements: {log}"
     );
-    assert_eq!(stats["orders"]["done"], 4, "{lang}: {}", stats["orders"]);
-    assert_eq!(stats["orders"]["dead"], 6, "{lang}: {}", stats["orders"]);
+    assert_eq!(stats["orders"]["done"], 5, "{lang}: {}", stats["orders"]);
+    assert_eq!(stats["orders"]["dead"], 8, "{lang}: {}", stats["orders"]);
     assert_eq!(
         stats["orders"]["retried"], 4,
         "{lang}: two for `retries then done`, two for `always retry`"
     );
-    assert_eq!(lines_with(&log, "forwarded to shipping").len(), 4, "{lang}");
+    assert_eq!(lines_with(&log, "forwarded to shipping").len(), 5, "{lang}");
     assert_eq!(
         lines_with(&log, "order Å-1 🚚 (qty 1) from message").len(),
         1,
         "{lang}: {log}"
     );
     forwards_are_counted(lang, &env, &log, &uncounted);
+    announces_to_the_bound_queues(lang, &stats, &log);
+    an_unbound_topic_retries(lang, &env, &stats, &log, &unannounced);
 
     let reason = |label: &str| -> String {
         let shown = env.sluice(&["--json", "dlq", "show", "orders", &ids[label]]);
-        serde_json::from_str::<serde_json::Value>(&shown).unwrap()["reason"]
+        serde_json::from_str::<Value>(&shown).unwrap()["reason"]
             .as_str()
             .unwrap()
             .to_string()
@@ -149,6 +183,13 @@ fn same_outcomes(lang: &str) {
         "rejected: malformed order: `qty` must be a positive integer, got 0",
         "{lang}"
     );
+    for label in ["bad region", "region not a string"] {
+        assert_eq!(
+            reason(label),
+            "rejected: malformed order: `region` must be a word of letters, digits, - or _",
+            "{lang}: {label}"
+        );
+    }
     assert_eq!(
         reason("not utf-8"),
         "rejected: payload is not UTF-8",
@@ -159,7 +200,7 @@ fn same_outcomes(lang: &str) {
         .drain("shipping")
         .into_iter()
         .map(|d| {
-            let body: serde_json::Value = serde_json::from_slice(&d.payload).unwrap();
+            let body: Value = serde_json::from_slice(&d.payload).unwrap();
             assert_eq!(body["source"].as_str().unwrap().len(), 32, "{lang}: {body}");
             let order_id = d.header("order-id").unwrap().to_string();
             (order_id, format!("{}/{}", body["order"], body["qty"]))
@@ -170,10 +211,129 @@ fn same_outcomes(lang: &str) {
         ("7", "7/2"),
         ("8", "8/1"),
         ("A-1", "\"A-1\"/1"),
+        ("E-1", "\"E-1\"/1"),
         ("Å-1 🚚", "\"Å-1 🚚\"/1"),
     ]
     .map(|(a, b)| (a.to_string(), b.to_string()));
-    assert_eq!(shipped, expected, "{lang}");
+    assert_eq!(shipped, expected, "{lang}: and nothing of order 12");
+    copies_carry_the_topic(lang, &env);
+}
+
+/// Each forwarded order is announced on `order-events`: the eu one to both
+/// subscribers, the others (region `default`) to `audit` alone.
+fn announces_to_the_bound_queues(lang: &str, stats: &BTreeMap<String, Value>, log: &str) {
+    let eu = lines_with(log, " announced on order-events as orders.eu.created to ");
+    assert_eq!(eu.len(), 1, "{lang}: {log}");
+    assert!(
+        eu[0].contains("order E-1 announced on order-events as orders.eu.created to 2 queue(s)"),
+        "{lang}: {}",
+        eu[0]
+    );
+    let default = lines_with(
+        log,
+        " announced on order-events as orders.default.created to ",
+    );
+    assert_eq!(default.len(), 4, "{lang}: orders 7, A-1, Å-1 and 8: {log}");
+    assert!(
+        default
+            .iter()
+            .all(|l| l.contains("as orders.default.created to 1 queue(s)")),
+        "{lang}: {default:?}"
+    );
+    assert_eq!(stats["audit"]["done"], 5, "{lang}: {}", stats["audit"]);
+    assert_eq!(stats["eu_desk"]["done"], 1, "{lang}: {}", stats["eu_desk"]);
+}
+
+/// With no queue bound to its `events_topic`, step 10 fails on every attempt:
+/// the order is retried until it is dead, and its follow-up, held with each
+/// attempt, is dropped each time.
+fn an_unbound_topic_retries(
+    lang: &str,
+    env: &Env,
+    stats: &BTreeMap<String, Value>,
+    log: &str,
+    id: &str,
+) {
+    let q = &stats["orders_unbound"];
+    assert_eq!(
+        (&q["done"], &q["retried"], &q["dead"]),
+        (&Value::from(0), &Value::from(2), &Value::from(1)),
+        "{lang}: {q}"
+    );
+    let failed = lines_with(
+        log,
+        "order 12: publish to topic \"order-alerts\" failed: no queue is bound to topic \"order-alerts\" for routing key \"orders.default.created\"",
+    );
+    assert_eq!(failed.len(), 3, "{lang}: one per attempt: {log}");
+    assert!(
+        failed.iter().all(|l| l.contains("ERROR")),
+        "{lang}: {failed:?}"
+    );
+    assert!(
+        lines_with(log, "order 12 (qty 1)").is_empty(),
+        "{lang}: never forwarded: {log}"
+    );
+    let shown = env.sluice(&["--json", "dlq", "show", "orders_unbound", id]);
+    let dead: Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(
+        dead["reason"], "gave up after 3 attempt(s)",
+        "{lang}: {dead}"
+    );
+    let topics: Vec<Value> = serde_json::from_str(&env.sluice(&["--json", "topics"])).unwrap();
+    let alerts = topics.iter().find(|t| t["topic"] == "order-alerts");
+    assert_eq!(
+        alerts.map(|t| &t["unmatched"]),
+        Some(&Value::from(3)),
+        "{lang}: every refused publish is counted: {topics:?}"
+    );
+}
+
+/// A subscriber that is not deployed keeps its binding, as a queue without a
+/// handler keeps its messages: with `audit` and `eu_desk` taken away, the
+/// next announcements wait in their queues, and their copies can be read.
+fn copies_carry_the_topic(lang: &str, env: &Env) {
+    for name in ["audit", "eu_desk"] {
+        std::fs::remove_file(env.handlers.join(format!("{name}.wasm"))).unwrap();
+    }
+    let eu = env.send("orders", r#"{"id": "E-2", "region": "eu"}"#, &[]);
+    let plain = env.send("orders", r#"{"id": 15}"#, &[]);
+    env.run_until_idle();
+    let copies = |queue: &str| -> Vec<(String, String, String)> {
+        let mut got: Vec<(String, String, String)> = env
+            .drain(queue)
+            .iter()
+            .map(|d| {
+                assert_eq!(
+                    d.header("sluice-topic"),
+                    Some("order-events"),
+                    "{lang}: {d:?}"
+                );
+                (
+                    d.header("order-id").unwrap_or("-").to_string(),
+                    d.header("sluice-route").unwrap_or("-").to_string(),
+                    String::from_utf8(d.payload.clone()).unwrap(),
+                )
+            })
+            .collect();
+        got.sort();
+        got
+    };
+    let eu_copy = (
+        "E-2".to_string(),
+        "orders.eu.created".to_string(),
+        format!(r#"{{"order":"E-2","qty":1,"source":"{eu}"}}"#),
+    );
+    let plain_copy = (
+        "15".to_string(),
+        "orders.default.created".to_string(),
+        format!(r#"{{"order":15,"qty":1,"source":"{plain}"}}"#),
+    );
+    assert_eq!(
+        copies("audit"),
+        [plain_copy, eu_copy.clone()],
+        "{lang}: the follow-up's payload and header, with the topic's headers"
+    );
+    assert_eq!(copies("eu_desk"), [eu_copy], "{lang}");
 }
 
 /// `orders` counts each forward in its key-value store and logs the count;
@@ -187,10 +347,10 @@ fn forwards_are_counted(lang: &str, env: &Env, log: &str, uncounted: &str) {
         })
         .collect();
     counts.sort();
-    assert_eq!(counts, [1, 2, 3, 4], "{lang}: one count per forward");
+    assert_eq!(counts, [1, 2, 3, 4, 5], "{lang}: one count per forward");
     let (rt, broker) = env.broker();
     let stored = rt.block_on(broker.kv_get("orders", "forwarded")).unwrap();
-    assert_eq!(stored.as_deref(), Some(&b"4"[..]), "{lang}");
+    assert_eq!(stored.as_deref(), Some(&b"5"[..]), "{lang}");
 
     assert_eq!(env.count("orders_nokv", "done"), 1, "{lang}");
     let warning = "order 11: not counted: handler orders_nokv is not granted the key-value store: add `kv = true` under [capabilities] in orders_nokv.toml";

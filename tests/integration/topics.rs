@@ -243,7 +243,36 @@ fn guest_topic_publishes_commit_with_the_ack(env: Env) {
     );
 }
 
+/// A host binds every sidecar's topics before any handler serves: an order
+/// waiting before the first start is announced to a subscriber whose name
+/// sorts after the publisher's, without a retry.
+fn subscribers_are_bound_before_any_handler_serves(env: Env) {
+    env.deploy(
+        "orders",
+        "orders",
+        Some("[config]\nevents_topic = \"order-events\"\n"),
+    );
+    env.deploy(
+        "hello",
+        "zz_audit",
+        Some("[[subscribe]]\ntopic = \"order-events\"\n"),
+    );
+    env.send("orders", r#"{"id": 1}"#, &[]);
+    let log = env.run_until_idle();
+    let stats = env.stats();
+    assert_eq!(
+        (
+            stats["orders"]["done"].as_u64(),
+            stats["orders"]["retried"].as_u64()
+        ),
+        (Some(1), Some(0)),
+        "{log}"
+    );
+    assert_eq!(stats["zz_audit"]["done"], 1);
+}
+
 on_every_broker!(
+    subscribers_are_bound_before_any_handler_serves,
     fan_out_to_two_handlers_with_independent_failure,
     unmatched_publishes_are_refused_or_caught,
     sidecar_bindings_follow_the_sidecar,

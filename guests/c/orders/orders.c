@@ -5,14 +5,17 @@
  *
  * 1. config `work_ms`: sleep that long first (simulated work);
  * 2. the payload must be UTF-8, 3. parse as JSON, 4. be an object;
- * 5. `id` a string or a number, 6. `qty` (default 1) a positive integer;
+ * 5. `id` a string or a number, 6. `qty` (default 1) a positive integer,
+ *    `region` (default `default`) a word of letters, digits, `-` or `_`;
  * 7. `"retry_until_attempt": N` retries after config `retry_delay_ms`
  *    (default 10) while attempt < N; 8. `"always_retry": true` retries
  *    with the host's backoff;
  * 9. otherwise publishes {"order": id, "qty": qty, "source": message-id} to
- *    config `followup_queue` (default `shipping`) with header `order-id`,
- *    and counts the forward in the key-value store (key `forwarded`);
- *    without the key-value grant it warns and forwards the order all the same.
+ *    config `followup_queue` (default `shipping`) with header `order-id`;
+ * 10. announces it on the topic named by config `events_topic` (if set) with
+ *    routing key `orders.<region>.created`;
+ * 11. counts the forward in the key-value store (key `forwarded`); without
+ *    the key-value grant it warns and forwards the order all the same.
  */
 /* nanosleep is POSIX: -std=c11 hides it without this. */
 #define _POSIX_C_SOURCE 200809L
@@ -28,6 +31,9 @@
 #define DEFAULT_FOLLOWUP_QUEUE "shipping"
 /* The key-value counter of forwarded orders. */
 #define FORWARDED_KEY "forwarded"
+#define DEFAULT_REGION "default"
+/* The longest `region`: one word of a routing key. */
+#define MAX_REGION_LEN 32
 
 static void sleep_ms(uint64_t ms) {
     struct timespec t;
@@ -49,6 +55,67 @@ static void malformed(handler_outcome_t *ret, const char *why, size_t len) {
 }
 
 static void malformed_s(handler_outcome_t *ret, const char *why) { malformed(ret, why, strlen(why)); }
+
+/* 1 to 32 of ASCII letters, digits, `-` and `_`: one word of a routing key. */
+static bool is_word(const char *s, size_t len) {
+    if (len == 0 || len > MAX_REGION_LEN) return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '-' || c == '_';
+        if (!ok) return false;
+    }
+    return true;
+}
+
+/*
+ * Step 10: announces the follow-up on config `events_topic`, if set, with
+ * routing key `orders.<region>.created`. False when the publish failed (it
+ * logs why): the caller retries, which drops the held follow-up.
+ */
+static bool announce(const char *id_text, size_t id_len, const char *region, size_t region_len,
+                     handler_list_u8_t *payload, sluice_handler_publish_publish_options_t *options) {
+    size_t topic_len;
+    char *topic = guest_config("events_topic", &topic_len);
+    if (!topic) return true;
+    sbuf route;
+    sbuf_init(&route);
+    sbuf_puts(&route, "orders.");
+    sbuf_put(&route, region, region_len);
+    sbuf_puts(&route, ".created");
+    sbuf_check(&route);
+
+    handler_string_t topic_arg = {(uint8_t *)topic, topic_len};
+    handler_string_t route_arg = {(uint8_t *)route.data, route.len};
+    uint32_t copies;
+    handler_string_t err;
+    bool ok = sluice_handler_publish_publish_to_topic(&topic_arg, &route_arg, payload, options,
+                                                      &copies, &err);
+    sbuf line;
+    sbuf_init(&line);
+    sbuf_puts(&line, "order ");
+    sbuf_put(&line, id_text, id_len);
+    if (ok) {
+        sbuf_puts(&line, " announced on ");
+        sbuf_put(&line, topic, topic_len);
+        sbuf_puts(&line, " as ");
+        sbuf_put(&line, route.data, route.len);
+        sbuf_puts(&line, " to ");
+        sbuf_put_u64(&line, copies);
+        sbuf_puts(&line, " queue(s)");
+        guest_log_sbuf(SLUICE_HANDLER_LOG_LEVEL_INFO, &line);
+    } else {
+        sbuf_puts(&line, ": publish to topic ");
+        sbuf_put_rust_debug(&line, topic, topic_len);
+        sbuf_puts(&line, " failed: ");
+        sbuf_put(&line, err.ptr, err.len);
+        handler_string_free(&err); /* the error string is ours */
+        guest_log_sbuf(SLUICE_HANDLER_LOG_LEVEL_ERROR, &line);
+    }
+    sbuf_free(&route);
+    free(topic);
+    return ok;
+}
 
 /* Config `retry_delay_ms` (trimmed), default 10; a bad value logs a warning. */
 static uint64_t retry_delay_ms(void) {
@@ -163,6 +230,20 @@ static void handle(const handler_message_t *message, handler_outcome_t *ret) {
         return;
     }
 
+    const char *region = DEFAULT_REGION;
+    size_t region_len = strlen(DEFAULT_REGION);
+    const json_value *region_value = json_object_get(root, "region");
+    if (region_value) {
+        if (region_value->type != JSON_STRING ||
+            !is_word(region_value->u.string.data, region_value->u.string.len)) {
+            malformed_s(ret, "`region` must be a word of letters, digits, - or _");
+            json_free(root);
+            return;
+        }
+        region = region_value->u.string.data;
+        region_len = region_value->u.string.len;
+    }
+
     uint64_t until;
     if (json_as_u64(json_object_get(root, "retry_until_attempt"), &until) &&
         (uint64_t)message->attempt < until) {
@@ -243,6 +324,9 @@ static void handle(const handler_message_t *message, handler_outcome_t *ret) {
         sbuf_put(&line, err.ptr, err.len);
         handler_string_free(&err); /* the error string is ours */
         guest_log_sbuf(SLUICE_HANDLER_LOG_LEVEL_ERROR, &line);
+        outcome_retry(ret, false, 0);
+    } else if (!announce(id_text, id_len, region, region_len, &payload_arg, &options)) {
+        sbuf_free(&line);
         outcome_retry(ret, false, 0);
     } else {
         sbuf_puts(&line, " (qty ");

@@ -2,25 +2,28 @@
 // follow-up message for it. Behaviour: guests/spec/ORDERS.md ("orders"),
 // mirroring guests/rust/orders/src/lib.rs.
 //
-// Input: a JSON object with `id` (string or number) and optional `qty`
-// (positive integer). Test switches in the payload:
+// Input: a JSON object with `id` (string or number), optional `qty`
+// (positive integer) and optional `region` (a word, default `default`). Test
+// switches in the payload:
 // - `"retry_until_attempt": N`: retry (after config `retry_delay_ms`,
 //   default 10) while `attempt < N`;
 // - `"always_retry": true`: always `retry(none)`.
 // Config `work_ms` makes every call sleep that long first (simulated work).
-// A forwarded order is counted in the key-value store (key `forwarded`);
-// without the key-value grant it logs a warning and forwards it all the same.
+// A forwarded order is announced on the topic named by config `events_topic`
+// (if set) with routing key `orders.<region>.created`, and counted in the
+// key-value store (key `forwarded`); without the key-value grant it logs a
+// warning and forwards it all the same.
 //
 // Binding conventions (componentize-js 0.23):
 // - WIT interface imports are named imports from 'pkg:ns/iface@version';
 // - enums are strings ('info'), variants are { tag, val };
 // - u64 is BigInt, u32 is Number, list<u8> is Uint8Array, option<T> is
 //   T | undefined, record fields are lowerCamelCase (delay-ms -> delayMs);
-// - an imported function returning result<_, E> returns the ok value and
-//   throws on err: a `ComponentError` (an Error subclass, not exported) with
+// - an imported function returning result<T, E> (`publish`, `publishToTopic`,
+//   whose u32 is a Number) returns the ok value and throws on err: a `ComponentError` (an Error subclass, not exported) with
 //   the err value in `.payload` (and as `.message` when it is a string).
 import { log } from 'sluice:handler/log@0.1.0';
-import { publish } from 'sluice:handler/publish@0.1.0';
+import { publish, publishToTopic } from 'sluice:handler/publish@0.1.0';
 import { get as configGet } from 'sluice:handler/config@0.1.0';
 import { increment } from 'sluice:handler/kv@0.1.0';
 
@@ -29,6 +32,9 @@ const DEFAULT_FOLLOWUP_QUEUE = 'shipping';
 // The key-value counter of forwarded orders.
 const FORWARDED_KEY = 'forwarded';
 const U64_MAX = 0xffff_ffff_ffff_ffffn;
+// One word of a routing key: ASCII only, as the host's routing keys are.
+const REGION = /^[A-Za-z0-9_-]{1,32}$/;
+const DEFAULT_REGION = 'default';
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 const encoder = new TextEncoder();
@@ -74,7 +80,16 @@ function parseOrder(obj) {
     }
     qty = q;
   }
-  return { order: { id, idText, qty } };
+
+  let region = DEFAULT_REGION;
+  if (Object.hasOwn(obj, 'region')) {
+    const r = obj.region;
+    if (!(typeof r === 'string' && REGION.test(r))) {
+      return { outcome: malformed('`region` must be a word of letters, digits, - or _') };
+    }
+    region = r;
+  }
+  return { order: { id, idText, qty, region } };
 }
 
 function retryDelayMs() {
@@ -161,6 +176,19 @@ function handleOrder(message) {
   } catch (e) {
     log('error', `order ${order.idText}: publish to ${quoted(queue)} failed: ${errorText(e)}`);
     return { tag: 'retry', val: undefined };
+  }
+  const topic = configGet('events_topic');
+  if (topic !== undefined) {
+    const route = `orders.${order.region}.created`;
+    let copies;
+    try {
+      copies = publishToTopic(topic, route, payload, options);
+    } catch (e) {
+      log('error', `order ${order.idText}: publish to topic ${quoted(topic)} failed: ${errorText(e)}`);
+      // The held follow-up is dropped with the retry.
+      return { tag: 'retry', val: undefined };
+    }
+    log('info', `order ${order.idText} announced on ${topic} as ${route} to ${copies} queue(s)`);
   }
   const line = `order ${order.idText} (qty ${order.qty}) from message ${message.id} forwarded to ${queue}`;
   // The count is a statistic: without it the order still goes through.

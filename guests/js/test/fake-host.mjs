@@ -1,5 +1,5 @@
-// A fake sluice host for unit tests: records logs and publishes, serves config
-// and a key-value store. Mirrors the componentize-js conventions: a result
+// A fake sluice host for unit tests: records logs, publishes and topic
+// publishes, serves config and a key-value store. Mirrors the componentize-js conventions: a result
 // error is thrown as an Error whose `payload` is the error value, and s64/u64
 // are BigInts.
 export const state = {
@@ -7,6 +7,9 @@ export const state = {
   logs: [],
   published: [],
   failPublish: undefined,
+  // How many queues take a topic publish; 0: the publish is refused, as the
+  // host refuses a routing key no queue is bound for.
+  bound: 0,
   kv: undefined,
 };
 
@@ -16,6 +19,7 @@ export function reset(config = {}, kv = undefined) {
   state.logs = [];
   state.published = [];
   state.failPublish = undefined;
+  state.bound = 0;
   state.kv = kv;
 }
 
@@ -38,6 +42,15 @@ export function publish(queue, payload, options) {
   if (!(payload instanceof Uint8Array)) throw new TypeError('payload must be a Uint8Array');
   if (state.failPublish !== undefined) fail(state.failPublish);
   state.published.push({ queue, payload: new TextDecoder().decode(payload), options });
+}
+
+export function publishToTopic(topic, route, payload, options) {
+  if (!(payload instanceof Uint8Array)) throw new TypeError('payload must be a Uint8Array');
+  if (state.bound === 0) {
+    fail(`no queue is bound to topic ${JSON.stringify(topic)} for routing key ${JSON.stringify(route)}`);
+  }
+  state.published.push({ topic, route, payload: new TextDecoder().decode(payload), options });
+  return state.bound; // u32: a Number, as the bindings return it
 }
 
 // sluice:handler/config

@@ -46,6 +46,10 @@ test('orders rejects bad input', () => {
   assert.equal(reject('{"id":1,"qty":1.5}'), 'malformed order: `qty` must be a positive integer, got 1.5');
   assert.equal(reject('{"id":1,"qty":"3"}'), 'malformed order: `qty` must be a positive integer, got "3"');
   assert.equal(reject('{"id":1,"qty":null}'), 'malformed order: `qty` must be a positive integer, got null');
+  const badRegion = 'malformed order: `region` must be a word of letters, digits, - or _';
+  for (const region of ['"e u"', '7', '""', 'null', '"eu.west"', '"é"', JSON.stringify('x'.repeat(33))]) {
+    assert.equal(reject(`{"id":1,"region":${region}}`), badRegion, region);
+  }
   assert.deepEqual(state.published, []);
 });
 
@@ -116,6 +120,56 @@ test('orders: publish error retries and logs', () => {
   state.failPublish = 'queue full';
   assert.deepEqual(orders(msg('{"id":1}')), { tag: 'retry', val: undefined });
   assert.deepEqual(state.logs, [['error', 'order 1: publish to "shipping" failed: queue full']]);
+});
+
+test('orders announces on the events topic', () => {
+  reset({ events_topic: 'order-events' });
+  state.bound = 2;
+  assert.deepEqual(orders(msg('{"id":"A7","region":"eu"}')), { tag: 'done' });
+  assert.deepEqual(orders(msg(`{"id":8,"region":"${'x'.repeat(32)}"}`)), { tag: 'done' });
+  assert.deepEqual(orders(msg('{"id":9}')), { tag: 'done' });
+  const options = (id) => ({ headers: [['order-id', id]], key: undefined, delayMs: undefined });
+  assert.deepEqual(state.published, [
+    { queue: 'shipping', payload: '{"order":"A7","qty":1,"source":"m-1"}', options: options('A7') },
+    {
+      topic: 'order-events',
+      route: 'orders.eu.created',
+      payload: '{"order":"A7","qty":1,"source":"m-1"}',
+      options: options('A7'),
+    },
+    { queue: 'shipping', payload: '{"order":8,"qty":1,"source":"m-1"}', options: options('8') },
+    {
+      topic: 'order-events',
+      route: `orders.${'x'.repeat(32)}.created`,
+      payload: '{"order":8,"qty":1,"source":"m-1"}',
+      options: options('8'),
+    },
+    { queue: 'shipping', payload: '{"order":9,"qty":1,"source":"m-1"}', options: options('9') },
+    {
+      topic: 'order-events',
+      route: 'orders.default.created',
+      payload: '{"order":9,"qty":1,"source":"m-1"}',
+      options: options('9'),
+    },
+  ]);
+  const announced = state.logs.filter(([, m]) => m.includes(' announced on '));
+  assert.deepEqual(announced, [
+    ['info', 'order A7 announced on order-events as orders.eu.created to 2 queue(s)'],
+    ['info', `order 8 announced on order-events as orders.${'x'.repeat(32)}.created to 2 queue(s)`],
+    ['info', 'order 9 announced on order-events as orders.default.created to 2 queue(s)'],
+  ]);
+});
+
+test('orders: an unbound events topic retries', () => {
+  reset({ events_topic: 'order-events' }, new Map());
+  assert.deepEqual(orders(msg('{"id":3}')), { tag: 'retry', val: undefined });
+  assert.deepEqual(state.logs, [
+    [
+      'error',
+      'order 3: publish to topic "order-events" failed: no queue is bound to topic "order-events" for routing key "orders.default.created"',
+    ],
+  ]);
+  assert.equal(state.kv.size, 0, 'a retried order is not counted');
 });
 
 test('orders: work_ms sleeps first', async () => {

@@ -1,16 +1,19 @@
 """The realistic example handler: validates an order and publishes a
 follow-up message for it. Exact behaviour: guests/spec/ORDERS.md.
 
-Input: a JSON object with `id` (string or number) and optional `qty`
-(positive integer). Test switches in the payload:
+Input: a JSON object with `id` (string or number), optional `qty`
+(positive integer) and optional `region` (a word, default `default`). Test
+switches in the payload:
 - `"retry_until_attempt": N` -- retry (after config `retry_delay_ms`,
   default 10) while `attempt < N`;
 - `"always_retry": true` -- always `retry(none)`.
 Config `work_ms` makes every call sleep that long first (simulated work).
 Otherwise publishes `{"order": id, "qty": qty, "source": message-id}` to the
-queue named by config `followup_queue` (default `shipping`) and counts the
-forward in the key-value store (key `forwarded`); without the key-value grant
-it logs a warning and forwards the order all the same.
+queue named by config `followup_queue` (default `shipping`), announces it on
+the topic named by config `events_topic` (if set) with routing key
+`orders.<region>.created`, and counts the forward in the key-value store (key
+`forwarded`); without the key-value grant it logs a warning and forwards the
+order all the same.
 
 The JSON checks mirror the Rust guest (serde_json): note that in Python
 `bool` is a subclass of `int`, so `true` must be excluded explicitly.
@@ -34,6 +37,10 @@ U64_MAX = 2**64 - 1
 MAX_DEPTH = 128
 # Strings (skipped whole) and runs of anything but brackets and quotes.
 NOT_BRACKETS = re.compile(r'"(?:\\.|[^"\\])*"|[^\[\]{}"]+|"')
+# One word of a routing key. ASCII classes spelled out: `\w` would also take
+# non-ASCII letters, which the host's routing keys refuse.
+REGION = re.compile(r"[A-Za-z0-9_-]{1,32}")
+DEFAULT_REGION = "default"
 
 
 def parse_u64(text):
@@ -76,6 +83,11 @@ def parse_float(text):
 def compact(value):
     """JSON as serde_json writes it: no spaces, non-ASCII kept as is."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def quoted(text):
+    """Rust's `{:?}` of a string, near enough: double-quoted and escaped."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def malformed(why):
@@ -130,6 +142,9 @@ def handle(message):
             return malformed(
                 f"`qty` must be a positive integer, got {compact(obj['qty'])}"
             )
+    region = obj.get("region", DEFAULT_REGION)
+    if not (isinstance(region, str) and REGION.fullmatch(region)):
+        return malformed("`region` must be a word of letters, digits, - or _")
 
     until = as_u64(obj.get("retry_until_attempt"))
     if until is not None and message.attempt < until:
@@ -161,6 +176,27 @@ def handle(message):
             f'order {id_text}: publish to "{queue}" failed: {e.value}',
         )
         return types.Outcome_Retry(None)
+    topic = config.get("events_topic")
+    if topic is not None:
+        route = f"orders.{region}.created"
+        try:
+            # `result<u32, string>`: the number of copies, or a raised Err.
+            copies = publish.publish_to_topic(
+                topic, route, payload.encode("utf-8"), options
+            )
+        except Err as e:
+            log.log(
+                log.Level.ERROR,
+                f"order {id_text}: publish to topic {quoted(topic)} failed: "
+                f"{e.value}",
+            )
+            # The held follow-up is dropped with the retry.
+            return types.Outcome_Retry(None)
+        log.log(
+            log.Level.INFO,
+            f"order {id_text} announced on {topic} as {route} "
+            f"to {copies} queue(s)",
+        )
     line = (
         f"order {id_text} (qty {qty}) from message {message.id} "
         f"forwarded to {queue}"
