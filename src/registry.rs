@@ -23,6 +23,7 @@ use crate::broker::Broker;
 use crate::cache::{CompileCache, Source};
 use crate::check;
 use crate::config::HandlerSpec;
+use crate::policy::RedrivePolicy;
 use crate::runtime::{Handler, MAX_HANDLER_MEMORY, Runtime};
 use crate::units::format_size;
 use crate::worker::{QueueWorker, WorkerStats};
@@ -228,6 +229,16 @@ impl Registry {
             .values()
             .chain(state.retired.iter())
             .map(|r| (r.queue.clone(), r.stats.clone()))
+            .collect()
+    }
+
+    /// The queues whose serving handler redrives its dead letters, and how.
+    pub async fn redrives(&self) -> Vec<(String, RedrivePolicy)> {
+        let state = self.state.lock().await;
+        state
+            .running
+            .values()
+            .filter_map(|r| Some((r.queue.clone(), r.handler.spec.redrive?)))
             .collect()
     }
 
