@@ -1,5 +1,5 @@
 //! `sluice run`: load the handlers, serve their queues, follow changes to
-//! the handlers directory, stop cleanly.
+//! the handlers directory, redrive dead letters on schedule, stop cleanly.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -11,6 +11,7 @@ use anyhow::Result;
 
 use crate::broker::{Broker, HandlerStatus, STATUS_EVERY};
 use crate::cache::CompileCache;
+use crate::redrive::{self, Clock, SystemClock};
 use crate::registry::Registry;
 use crate::reload::{DirWatcher, RESCAN};
 use crate::runtime::Runtime;
@@ -36,6 +37,16 @@ pub async fn run(
     broker: Arc<dyn Broker>,
     options: RunOptions,
     shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    run_with_clock(broker, options, shutdown, Arc::new(SystemClock)).await
+}
+
+/// [`run`], with the clock that schedules redrives of dead letters.
+pub async fn run_with_clock(
+    broker: Arc<dyn Broker>,
+    options: RunOptions,
+    shutdown: impl Future<Output = ()>,
+    clock: Arc<dyn Clock>,
 ) -> Result<()> {
     let runtime = Runtime::new()?;
     let cache = CompileCache::new(&runtime, options.cache_dir.clone());
@@ -90,6 +101,7 @@ pub async fn run(
         }
     };
     let idle = wait_idle(broker.clone(), registry.clone(), options.until_idle);
+    let redrive = redrive::run(broker.clone(), registry.clone(), clock);
     tokio::select! {
         _ = shutdown => tracing::info!("stopping: finishing messages in flight (up to {:?})", options.grace),
         r = idle => {
@@ -97,6 +109,7 @@ pub async fn run(
             tracing::info!("all bound queues are idle; exiting");
         }
         _ = follow => {}
+        _ = redrive => {}
     }
     registry.stop_all(options.grace).await;
     // Publishes committed with the last acks may still wait in an outbox;

@@ -10,11 +10,12 @@ use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 
 use crate::message::{DEFAULT_MAX_MESSAGE_SIZE, validate_queue_name};
-use crate::policy::{Backoff, RetryPolicy};
+use crate::policy::{Backoff, RedrivePolicy, RetryPolicy};
 use crate::units::{Dur, Size};
 
 mod capabilities;
 mod subscriptions;
+mod redrive;
 pub use capabilities::{Capabilities, HostPattern, HttpAllow};
 pub use subscriptions::Subscription;
 
@@ -131,6 +132,8 @@ struct RawRetry {
     delays: Option<Vec<Dur>>,
     max_guest_delay: Option<Dur>,
     on_dead: Option<String>,
+    redrive_every: Option<Dur>,
+    max_redrives: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -181,6 +184,9 @@ pub struct HandlerSpec {
     pub retry: RetryPolicy,
     /// Where a notice goes when a message dies (`[retry] on_dead`).
     pub on_dead: Option<String>,
+    /// Scheduled redrive of dead letters (`[retry] redrive_every`,
+    /// `max_redrives`); none by default.
+    pub redrive: Option<RedrivePolicy>,
     pub idempotency: Idempotency,
     pub config: BTreeMap<String, String>,
     /// What the handler is granted beyond WASI with nothing (`[capabilities]`).
@@ -250,9 +256,11 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
             );
         }
     }
+    let redrive = redrive::resolve(raw.retry.redrive_every, raw.retry.max_redrives)?;
     Ok(HandlerSpec {
         name: name.to_string(),
         on_dead,
+        redrive,
         queue,
         instance_mode: raw.instance_mode.unwrap_or_default(),
         max_messages_per_instance,

@@ -16,6 +16,7 @@
 //! * [`cache`] — compiled components by content hash, in memory and on disk.
 //! * [`registry`] — the live set of handlers: load, swap, unload.
 //! * [`reload`] — watching the handlers directory for complete changes.
+//! * [`redrive`] — putting dead letters back on their queue on a schedule.
 //! * [`worker`] — the dispatch loop of one queue.
 //! * [`client`] — publishing from Rust applications ([`Client`]).
 //! * [`app`] — `run`: the registry, the watcher, shutdown, `--until-idle`.
@@ -31,6 +32,7 @@ pub mod config;
 pub mod host;
 pub mod message;
 pub mod policy;
+pub mod redrive;
 pub mod registry;
 pub mod reload;
 pub mod runtime;

@@ -136,10 +136,54 @@ pub fn backoff_delay(backoff: &Backoff, attempt: u32, jitter: f64) -> Duration {
     }
 }
 
+/// Scheduled redrive of a handler's dead letters (`[retry] redrive_every`
+/// and `max_redrives`): a dead letter goes back to its queue, attempts
+/// reset, once it has been dead for `every`, until it has been through
+/// `max_redrives` redrives; after that it stays dead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RedrivePolicy {
+    pub every: Duration,
+    pub max_redrives: u32,
+}
+
+/// The shortest and longest pause between two looks for dead letters to
+/// redrive. Every look is a broker call per queue and host, so not more
+/// than once a second; and not less than once a minute, so a long
+/// `redrive_every` is not overshot by much.
+const REDRIVE_CHECK_MIN: Duration = Duration::from_secs(1);
+const REDRIVE_CHECK_MAX: Duration = Duration::from_secs(60);
+
+impl RedrivePolicy {
+    /// How often a host looks: a tenth of `every`, between 1 s and 1 min. A
+    /// dead letter is back at most that long after it has been dead `every`.
+    pub fn check_every(&self) -> Duration {
+        (self.every / 10).clamp(REDRIVE_CHECK_MIN, REDRIVE_CHECK_MAX)
+    }
+
+    /// At `now_ms`, the dead letters that died at or before this are due.
+    pub fn due_if_died_by(&self, now_ms: u64) -> u64 {
+        now_ms.saturating_sub(self.every.as_millis() as u64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn redrive_looks_a_tenth_as_often_within_a_second_and_a_minute() {
+        let every = |secs| RedrivePolicy {
+            every: Duration::from_secs(secs),
+            max_redrives: 3,
+        };
+        let checks: Vec<u64> = [1, 30, 600, 86_400]
+            .map(|s| every(s).check_every().as_secs())
+            .to_vec();
+        assert_eq!(checks, [1, 3, 60, 60]);
+        assert_eq!(every(600).due_if_died_by(1_000_000), 400_000);
+        assert_eq!(every(600).due_if_died_by(5), 0, "no underflow");
+    }
 
     fn expo(jitter: bool) -> RetryPolicy {
         RetryPolicy {

@@ -23,6 +23,7 @@ use crate::broker::{Broker, STATUS_EVERY};
 use crate::cache::{CompileCache, Source};
 use crate::check;
 use crate::config::HandlerSpec;
+use crate::policy::RedrivePolicy;
 use crate::runtime::{Handler, MAX_HANDLER_MEMORY, Runtime};
 use crate::topic::Binding;
 use crate::units::format_size;
@@ -266,6 +267,16 @@ impl Registry {
         for h in specs {
             bind(&*self.broker, &h.spec).await;
         }
+    }
+
+    /// The queues whose serving handler redrives its dead letters, and how.
+    pub async fn redrives(&self) -> Vec<(String, RedrivePolicy)> {
+        let state = self.state.lock().await;
+        state
+            .running
+            .values()
+            .filter_map(|r| Some((r.queue.clone(), r.handler.spec.redrive?)))
+            .collect()
     }
 
     /// Every handler the host knows, serving or refused.

@@ -109,6 +109,8 @@ pub struct DeadLetter {
     pub payload: Vec<u8>,
     pub headers: Vec<(String, String)>,
     pub attempts: u32,
+    /// Scheduled redrives the message had been through when it died.
+    pub redrives: u32,
     pub enqueued_at_ms: u64,
     pub died_at_ms: u64,
     pub reason: String,
@@ -156,11 +158,21 @@ pub struct HandlerStatus {
 pub const STATUS_EVERY: Duration = Duration::from_secs(10);
 pub const STATUS_STALE: Duration = Duration::from_secs(60);
 
-/// Which dead letters a replay takes.
+/// Which dead letters a replay takes: those that pass every filter that is
+/// set, oldest death first. The default takes all of them.
 #[derive(Clone, Debug, Default)]
 pub struct ReplaySelector {
-    /// Only these ids; every dead letter of the queue when empty.
+    /// Only these ids; any id when empty.
     pub ids: Vec<String>,
+    /// Only those that died at or before this time (ms since the epoch).
+    pub died_before_ms: Option<u64>,
+    /// At most this many, the ones that died first.
+    pub limit: Option<usize>,
+    /// Only those with fewer scheduled redrives than this.
+    pub max_redrives: Option<u32>,
+    /// Whether this is a scheduled redrive: the re-queued message then
+    /// carries one more redrive. A manual replay leaves the count as it was.
+    pub redrive: bool,
 }
 
 /// Every broker also keeps the handlers' key-value stores ([`KvStore`]) and
@@ -198,8 +210,9 @@ pub trait Broker: KvStore + TopicStore + Send + Sync + 'static {
 
     async fn dead_letter(&self, queue: &str, id: &str) -> Result<Option<DeadLetter>>;
 
-    /// Move dead letters back to the queue with their attempts reset.
-    /// Returns how many were moved.
+    /// Move the dead letters `selector` takes back to the queue with their
+    /// attempts reset. Each moves atomically: replays running at once, on
+    /// any number of hosts, never move one twice. Returns how many moved.
     async fn replay(&self, queue: &str, selector: &ReplaySelector) -> Result<u64>;
 
     /// Delete every dead letter of `queue`. Returns how many were deleted.

@@ -1,11 +1,13 @@
 //! `sluice dlq list|show|replay|purge QUEUE`.
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow, bail};
 use base64::Engine as _;
 use clap::{Args, Subcommand};
 
 use super::{Context, print_json};
-use crate::broker::{DeadLetter, ReplaySelector};
+use crate::broker::{Broker, DeadLetter, ReplaySelector};
+use crate::message::now_ms;
+use crate::units::parse_duration;
 
 #[derive(Debug, Args)]
 pub struct DlqArgs {
@@ -23,12 +25,20 @@ pub enum DlqAction {
     },
     /// Show one dead letter in full, payload included.
     Show { queue: String, id: String },
-    /// Put dead letters back on their queue with attempts reset.
+    /// Put dead letters back on their queue with attempts reset, those that
+    /// died first first. All of the queue's unless options narrow it down.
+    /// A replay is not a scheduled redrive: redrive counts stay as they are.
     Replay {
         queue: String,
-        /// Only this dead letter; repeatable. All of the queue's when absent.
-        #[arg(long = "id")]
+        /// Only this dead letter; repeatable.
+        #[arg(long = "id", value_name = "ID")]
         ids: Vec<String>,
+        /// Only those dead at least this long, e.g. 10m or 2h.
+        #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+        older_than: Option<String>,
+        /// At most this many, those that died first.
+        #[arg(long, value_name = "N", allow_hyphen_values = true)]
+        limit: Option<String>,
     },
     /// Delete all of a queue's dead letters.
     Purge { queue: String },
@@ -44,12 +54,16 @@ pub async fn dlq(ctx: &Context, args: DlqArgs) -> Result<()> {
                     print_json(&with_payload(d))?;
                 }
             } else {
-                println!("{:<34} {:>8}  {:<24} REASON", "ID", "ATTEMPTS", "DIED");
+                println!(
+                    "{:<34} {:>8} {:>8}  {:<24} REASON",
+                    "ID", "ATTEMPTS", "REDRIVES", "DIED"
+                );
                 for d in &dead {
                     println!(
-                        "{:<34} {:>8}  {:<24} {}",
+                        "{:<34} {:>8} {:>8}  {:<24} {}",
                         d.id,
                         d.attempts,
+                        d.redrives,
                         iso(d.died_at_ms),
                         d.reason
                     );
@@ -65,39 +79,18 @@ pub async fn dlq(ctx: &Context, args: DlqArgs) -> Result<()> {
             if ctx.json {
                 print_json(&with_payload(&d))?;
             } else {
-                println!("id:        {}", d.id);
-                println!("queue:     {}", d.queue);
-                println!("key:       {}", d.key);
-                println!("attempts:  {}", d.attempts);
-                println!("enqueued:  {}", iso(d.enqueued_at_ms));
-                println!("died:      {}", iso(d.died_at_ms));
-                println!("reason:    {}", d.reason);
-                println!("error:     {}", d.last_error.as_deref().unwrap_or("-"));
-                println!("version:   {}", d.handler_version.as_deref().unwrap_or("-"));
-                for (k, v) in &d.headers {
-                    println!("header:    {k}={v}");
-                }
-                match std::str::from_utf8(&d.payload) {
-                    Ok(text) => println!("payload:   {text}"),
-                    Err(_) => println!(
-                        "payload:   (not UTF-8, {} bytes, base64) {}",
-                        d.payload.len(),
-                        base64::engine::general_purpose::STANDARD.encode(&d.payload)
-                    ),
-                }
+                print_dead_letter(&d);
             }
         }
-        DlqAction::Replay { queue, ids } => {
-            let n = broker
-                .replay(&queue, &ReplaySelector { ids: ids.clone() })
-                .await?;
-            if !ids.is_empty() && n < ids.len() as u64 {
-                bail!(
-                    "replayed {n} of {} dead letters in queue {queue:?}: the others were not found",
-                    ids.len()
-                );
-            }
-            report(ctx, "replayed", &queue, n)?;
+        DlqAction::Replay {
+            queue,
+            ids,
+            older_than,
+            limit,
+        } => {
+            let narrowed = older_than.is_some() || limit.is_some();
+            let selector = replay_selector(ids, older_than, limit, now_ms())?;
+            replay(ctx, &*broker, &queue, &selector, narrowed).await?;
         }
         DlqAction::Purge { queue } => {
             let n = broker.purge(&queue).await?;
@@ -105,6 +98,88 @@ pub async fn dlq(ctx: &Context, args: DlqArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `dlq replay`: an error when some of the ids asked for were not replayed.
+async fn replay(
+    ctx: &Context,
+    broker: &dyn Broker,
+    queue: &str,
+    selector: &ReplaySelector,
+    narrowed: bool,
+) -> Result<()> {
+    let wanted = selector.ids.len() as u64;
+    let n = broker.replay(queue, selector).await?;
+    if wanted > 0 && n < wanted {
+        let why = if narrowed {
+            "were not found, or were left out by --older-than or --limit"
+        } else {
+            "were not found"
+        };
+        bail!(
+            "replayed {n} of {wanted} dead letters in queue {queue:?}: the others {why}; `sluice dlq list {queue}` shows what is there"
+        );
+    }
+    report(ctx, "replayed", queue, n)
+}
+
+/// What `dlq replay` takes, from its options as typed. Parsed here rather
+/// than by clap, so that a bad value is one line naming the flag.
+fn replay_selector(
+    ids: Vec<String>,
+    older_than: Option<String>,
+    limit: Option<String>,
+    now_ms: u64,
+) -> Result<ReplaySelector> {
+    let died_before_ms = match older_than {
+        Some(text) => {
+            let age = parse_duration(&text).map_err(|e| anyhow!("--older-than: {e}"))?;
+            Some(now_ms.saturating_sub(age.as_millis() as u64))
+        }
+        None => None,
+    };
+    let limit = match limit {
+        Some(text) => match text.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => {
+                bail!("--limit: bad number {text:?}; give how many dead letters at most, 1 or more")
+            }
+        },
+        None => None,
+    };
+    Ok(ReplaySelector {
+        ids,
+        died_before_ms,
+        limit,
+        // A replay by hand is not one of the scheduled redrives.
+        max_redrives: None,
+        redrive: false,
+    })
+}
+
+/// `dlq show` as text, one field a line.
+fn print_dead_letter(d: &DeadLetter) {
+    println!("id:        {}", d.id);
+    println!("queue:     {}", d.queue);
+    println!("key:       {}", d.key);
+    println!("attempts:  {}", d.attempts);
+    println!("redrives:  {}", d.redrives);
+    println!("enqueued:  {}", iso(d.enqueued_at_ms));
+    println!("died:      {}", iso(d.died_at_ms));
+    println!("reason:    {}", d.reason);
+    println!("error:     {}", d.last_error.as_deref().unwrap_or("-"));
+    println!("version:   {}", d.handler_version.as_deref().unwrap_or("-"));
+    for (k, v) in &d.headers {
+        println!("header:    {k}={v}");
+    }
+    match std::str::from_utf8(&d.payload) {
+        Ok(text) => println!("payload:   {text}"),
+        Err(_) => println!(
+            "payload:   (not UTF-8, {} bytes, base64) {}",
+            d.payload.len(),
+            base64::engine::general_purpose::STANDARD.encode(&d.payload)
+        ),
+    }
 }
 
 fn report(ctx: &Context, verb: &str, queue: &str, n: u64) -> Result<()> {
@@ -136,4 +211,38 @@ fn with_payload(d: &DeadLetter) -> serde_json::Value {
 fn iso(ms: u64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
     humantime::format_rfc3339_millis(t).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn select(older_than: Option<&str>, limit: Option<&str>) -> Result<ReplaySelector> {
+        replay_selector(
+            vec!["a".into()],
+            older_than.map(str::to_string),
+            limit.map(str::to_string),
+            1_000_000,
+        )
+    }
+
+    #[test]
+    fn options_become_a_selector_that_is_not_a_redrive() {
+        let s = select(Some("10m"), Some("5")).unwrap();
+        assert_eq!(s.ids, ["a"]);
+        assert_eq!((s.died_before_ms, s.limit), (Some(400_000), Some(5)));
+        assert!(!s.redrive && s.max_redrives.is_none(), "{s:?}");
+        let s = select(None, None).unwrap();
+        assert_eq!((s.died_before_ms, s.limit), (None, None));
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        let e = select(Some("soon"), None).unwrap_err().to_string();
+        assert!(e.starts_with("--older-than: bad duration \"soon\""), "{e}");
+        for bad in ["0", "-1", "many"] {
+            let e = select(None, Some(bad)).unwrap_err().to_string();
+            assert!(e.starts_with("--limit: bad number"), "{bad}: {e}");
+        }
+    }
 }

@@ -217,6 +217,7 @@ pub async fn dead_letters_list_show_replay_purge(b: Arc<dyn Broker>) {
             "q",
             &ReplaySelector {
                 ids: vec![ids[0].clone()],
+                ..ReplaySelector::default()
             },
         )
         .await
@@ -228,6 +229,7 @@ pub async fn dead_letters_list_show_replay_purge(b: Arc<dyn Broker>) {
         (ids[0].as_str(), 1),
         "attempts reset"
     );
+    assert_eq!(one.redrives, 0, "a message never redriven");
     assert_eq!(b.purge("q").await.unwrap(), 1);
     assert!(b.dead_letters("q", 10).await.unwrap().is_empty());
 }
@@ -438,7 +440,9 @@ conformance!(sqlite_broker, sqlite());
 conformance!(redis_broker, redis());
 conformance!(redis_cluster_broker, redis_cluster());
 
-// The key-value store's checks, run through `conformance!` on the same
-// backends (declared after the macro, which they use).
+// The key-value store's checks and the replay and redrive checks, run
+// through `conformance!` on the same backends (declared after the macro,
+// which they use).
 mod kv;
 mod topics;
+mod replay;

@@ -31,6 +31,7 @@ mod languages;
 mod outcomes;
 mod redis;
 mod redis_support;
+mod redrive;
 mod reload;
 mod scaffold;
 mod shutdown;

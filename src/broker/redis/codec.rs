@@ -27,6 +27,8 @@ pub struct Entry {
     /// Attempts spent before this entry was written.
     pub attempts: u64,
     pub last_error: Option<String>,
+    /// Scheduled redrives the message has been through.
+    pub redrives: u64,
     /// Dead letters only: reason, handler version, attempts, died at.
     pub reason: Option<String>,
     pub version: Option<String>,
@@ -61,6 +63,7 @@ impl Entry {
                 Some(b"t") => e.enqueued_at_ms = number(&value),
                 Some(b"a") => e.attempts = number(&value).unwrap_or(0),
                 Some(b"e") => e.last_error = Some(utf8(value)).filter(|s| !s.is_empty()),
+                Some(b"c") => e.redrives = number(&value).unwrap_or(0),
                 Some(b"r") => e.reason = Some(utf8(value)),
                 Some(b"v") => e.version = Some(utf8(value)).filter(|s| !s.is_empty()),
                 Some(b"n") => e.dead_attempts = number(&value).unwrap_or(0),
@@ -125,6 +128,7 @@ impl Entry {
             queue: queue.to_string(),
             payload: self.payload,
             attempts: self.dead_attempts as u32,
+            redrives: self.redrives as u32,
             reason: self.reason.unwrap_or_default(),
             last_error: self.last_error,
             handler_version: self.version,

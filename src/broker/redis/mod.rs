@@ -44,6 +44,8 @@ const STATUS_KEY: &str = "sluice:handlers";
 const BLOCK: Duration = Duration::from_millis(50);
 /// How often a receiver promotes due messages and reclaims expired leases.
 const MAINTAIN_EVERY: Duration = Duration::from_millis(100);
+/// Dead letters one replay script looks at before handing back.
+const REPLAY_SCAN: usize = 1000;
 /// How long the relay's markers remember a relayed publish.
 const RELAY_MARKER_TTL: Duration = Duration::from_secs(24 * 3600);
 
@@ -808,12 +810,42 @@ impl Broker for RedisBroker {
 
     async fn replay(&self, queue: &str, selector: &ReplaySelector) -> Result<u64> {
         let mut conn = self.conn.clone();
-        let mut script = scripts::REPLAY.prepare_invoke();
-        script.key(key(queue, "dead")).key(key(queue, "stream"));
-        for id in &selector.ids {
-            script.arg(id);
+        // The dead stream's entry ids are the times of death, so a cut-off
+        // is the end of the range.
+        let until = selector
+            .died_before_ms
+            .map_or_else(|| "+".to_string(), |ms| ms.to_string());
+        let max_redrives = selector.max_redrives.map_or(-1, i64::from);
+        let mut after = "-".to_string();
+        let mut moved = 0u64;
+        loop {
+            let left = match selector.limit {
+                Some(limit) if moved >= limit as u64 => break,
+                Some(limit) => limit as u64 - moved,
+                None => 0,
+            };
+            let mut script = scripts::REPLAY.prepare_invoke();
+            script
+                .key(key(queue, "dead"))
+                .key(key(queue, "stream"))
+                .arg(&after)
+                .arg(&until)
+                .arg(REPLAY_SCAN)
+                .arg(left)
+                .arg(max_redrives)
+                .arg(u8::from(selector.redrive));
+            for id in &selector.ids {
+                script.arg(id);
+            }
+            let (n, last): (u64, String) =
+                script.invoke_async(&mut conn).await.map_err(classify)?;
+            moved += n;
+            if last.is_empty() {
+                return Ok(moved);
+            }
+            after = format!("({last}");
         }
-        script.invoke_async(&mut conn).await.map_err(classify)
+        Ok(moved)
     }
 
     async fn purge(&self, queue: &str) -> Result<u64> {

@@ -14,8 +14,11 @@
 //! payload always; `k` key (when it is not the id), `h` headers (JSON, when
 //! there are any), `t` enqueued at in ms (when the entry was written later
 //! than the message was enqueued; otherwise the entry id's time), `a`
-//! attempts before this entry (when not 0), `e` last error. Dead letters add
-//! `r` reason, `v` handler version, `n` attempts and `x` died at.
+//! attempts before this entry (when not 0), `e` last error, `c` scheduled
+//! redrives the message has been through (when not 0; written by `REPLAY`,
+//! then carried along like every other field, into the dead letter too).
+//! Dead letters add `r` reason, `v` handler version, `n` attempts and `x`
+//! died at.
 //!
 //! The hot path of a batch that only acks (done with an idempotency key and
 //! no publishes, or duplicates) runs without a script: see `settle_plain`
@@ -268,30 +271,46 @@ return {redis.call('XLEN', KEYS[1]), pending, redis.call('ZCARD', KEYS[2]),
     )
 });
 
-/// KEYS: dead, stream. ARGV: ids to replay (all when none). Moves dead
-/// letters back to the stream with attempts reset. Returns how many moved.
+/// KEYS: dead, stream. ARGV: after (an exclusive start like `(1-0`, or
+/// `-`), until (the last death time in ms, or `+`), scan (entries to look
+/// at, at most), limit (most to move; 0 = no limit), max redrives (-1 = any),
+/// redrive (1 = count one more redrive), then the ids to take (any when
+/// none). Moves the matching dead letters among the next `scan` entries back
+/// to the stream with attempts reset, oldest first, keeping their redrive
+/// count (plus one for a redrive). Returns {moved, the last entry looked at,
+/// or "" when nothing is left to look at}: the caller goes on from there, so
+/// no one call holds Redis for a long dead-letter stream.
 pub static REPLAY: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
         r#"
-local wanted = {}
-for _, id in ipairs(ARGV) do wanted[id] = true end
-local moved = 0
-for _, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
+local scan, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
+local max_redrives, redrive = tonumber(ARGV[5]), ARGV[6] == '1'
+local wanted, any_id = {}, #ARGV == 6
+for i = 7, #ARGV do wanted[ARGV[i]] = true end
+local entries = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[2], 'COUNT', scan)
+local moved, last = 0, ''
+for _, e in ipairs(entries) do
+  if limit > 0 and moved >= limit then break end
+  last = e[1]
   local f = e[2]
   local id = get_field(f, 'i')
-  if #ARGV == 0 or wanted[id] then
+  local redrives = tonumber(get_field(f, 'c') or '0')
+  if (any_id or wanted[id]) and (max_redrives < 0 or redrives < max_redrives) then
     local back = {'i', id, 'p', get_field(f, 'p'), 't', get_field(f, 't') or string.match(e[1], '^(%d+)')}
     for _, name in ipairs({'k', 'h', 'e'}) do
       local v = get_field(f, name)
       if v and v ~= '' then set_field(back, name, v) end
     end
+    if redrive then redrives = redrives + 1 end
+    if redrives > 0 then set_field(back, 'c', tostring(redrives)) end
     redis.call('XADD', KEYS[2], '*', unpack(back))
     redis.call('XDEL', KEYS[1], e[1])
     moved = moved + 1
   end
 end
-return moved
+if #entries < scan then last = '' end
+return {moved, last}
 "#
     ))
 });

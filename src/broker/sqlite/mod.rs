@@ -25,6 +25,7 @@ use super::{
 use crate::message::{Delivery, NewMessage, now_ms};
 
 mod kv;
+mod migrate;
 mod store;
 mod topics;
 
@@ -45,7 +46,8 @@ CREATE TABLE IF NOT EXISTS messages (
     visible_at  INTEGER NOT NULL,
     leased      INTEGER NOT NULL DEFAULT 0,
     receipt     TEXT,
-    last_error  TEXT
+    last_error  TEXT,
+    redrives    INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS messages_due ON messages (queue, visible_at);
 CREATE TABLE IF NOT EXISTS dead (
@@ -60,7 +62,8 @@ CREATE TABLE IF NOT EXISTS dead (
     died_at         INTEGER NOT NULL,
     reason          TEXT NOT NULL,
     last_error      TEXT,
-    handler_version TEXT
+    handler_version TEXT,
+    redrives        INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS dead_queue ON dead (queue, seq);
 CREATE TABLE IF NOT EXISTS keys (
@@ -84,7 +87,6 @@ CREATE TABLE IF NOT EXISTS counters (
     duplicates INTEGER NOT NULL DEFAULT 0,
     retried    INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
-PRAGMA user_version = 1;
 ";
 
 /// How often expired idempotency keys and key-value entries are deleted.
@@ -161,6 +163,7 @@ fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
     conn.execute_batch(SCHEMA)?;
     conn.execute_batch(kv::SCHEMA)?;
     conn.execute_batch(topics::SCHEMA)?;
+    migrate::upgrade(&conn)?;
     Ok(conn)
 }
 
@@ -292,8 +295,8 @@ impl Broker for SqliteBroker {
 
     async fn replay(&self, queue: &str, selector: &ReplaySelector) -> Result<u64> {
         let queue = queue.to_string();
-        let ids = selector.ids.clone();
-        self.call(move |conn| replay(conn, &queue, &ids)).await
+        let selector = selector.clone();
+        self.call(move |conn| replay(conn, &queue, &selector)).await
     }
 
     async fn purge(&self, queue: &str) -> Result<u64> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::broker::{
-    BrokerError, ClaimState, DeadLetter, KeyClaim, QueueStats, Result, Settlement,
+    BrokerError, ClaimState, DeadLetter, KeyClaim, QueueStats, ReplaySelector, Result, Settlement,
 };
 use crate::message::{Delivery, NewMessage, new_id, now_ms};
 
@@ -181,7 +181,7 @@ pub(super) fn settle(conn: &Connection, settlements: Vec<Settlement>) -> Result<
                 key,
                 publishes,
             } => {
-                let existed = delete_message(conn, &delivery.id, None)?;
+                let existed = delete_message(conn, &delivery.id)?;
                 let first = match &key {
                     Some((key, retention)) => record_done(conn, &delivery, key, *retention, now)?,
                     None => existed,
@@ -194,7 +194,7 @@ pub(super) fn settle(conn: &Connection, settlements: Vec<Settlement>) -> Result<
                 }
             }
             Settlement::Duplicate { delivery } => {
-                delete_message(conn, &delivery.id, None)?;
+                delete_message(conn, &delivery.id)?;
                 c.duplicates += 1;
             }
             Settlement::Retry {
@@ -238,12 +238,12 @@ pub(super) fn settle(conn: &Connection, settlements: Vec<Settlement>) -> Result<
                 key,
                 notice,
             } => {
-                if delete_message(conn, &delivery.id, Some(&delivery.receipt))? {
+                if let Some(redrives) = take_leased(conn, &delivery)? {
                     let mut stmt = conn
                         .prepare_cached(
                             "INSERT OR REPLACE INTO dead (id, queue, key, payload, headers, attempts, enqueued_at,
-                             died_at, reason, last_error, handler_version)
-                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                             died_at, reason, last_error, handler_version, redrives)
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                         )
                         .map_err(storage)?;
                     stmt.execute(params![
@@ -257,7 +257,8 @@ pub(super) fn settle(conn: &Connection, settlements: Vec<Settlement>) -> Result<
                         now,
                         reason,
                         error,
-                        handler_version
+                        handler_version,
+                        redrives
                     ])
                     .map_err(storage)?;
                     insert_messages(conn, notice.as_slice(), now as u64)?;
@@ -279,18 +280,25 @@ pub(super) fn settle(conn: &Connection, settlements: Vec<Settlement>) -> Result<
     Ok(())
 }
 
-/// Delete a message row, only if it still carries `receipt` when one is given.
-fn delete_message(conn: &Connection, id: &str, receipt: Option<&str>) -> Result<bool> {
-    let n = match receipt {
-        Some(r) => conn
-            .prepare_cached("DELETE FROM messages WHERE id = ?1 AND receipt = ?2")
-            .and_then(|mut s| s.execute(params![id, r])),
-        None => conn
-            .prepare_cached("DELETE FROM messages WHERE id = ?1")
-            .and_then(|mut s| s.execute(params![id])),
-    }
-    .map_err(storage)?;
+/// Delete a message row, whoever holds it: a done message is done.
+fn delete_message(conn: &Connection, id: &str) -> Result<bool> {
+    let n = conn
+        .prepare_cached("DELETE FROM messages WHERE id = ?1")
+        .and_then(|mut s| s.execute(params![id]))
+        .map_err(storage)?;
     Ok(n == 1)
+}
+
+/// Delete the row of a delivery that still holds its lease, and return the
+/// redrives the message carries (which only the row knows); `None` when the
+/// lease was lost.
+fn take_leased(conn: &Connection, d: &Delivery) -> Result<Option<u32>> {
+    conn.prepare_cached("DELETE FROM messages WHERE id = ?1 AND receipt = ?2 RETURNING redrives")
+        .and_then(|mut s| {
+            s.query_row(params![d.id, d.receipt], |r| r.get(0))
+                .optional()
+        })
+        .map_err(storage)
 }
 
 /// Mark `key` done for this delivery. False when it was already done (by
@@ -377,7 +385,7 @@ pub(super) fn stats(conn: &Connection, only: Option<&str>) -> Result<Vec<QueueSt
     Ok(by_queue.into_values().collect())
 }
 
-pub(super) const DEAD_COLUMNS: &str = "id, queue, key, payload, headers, attempts, enqueued_at, died_at, reason, last_error, handler_version";
+pub(super) const DEAD_COLUMNS: &str = "id, queue, key, payload, headers, attempts, enqueued_at, died_at, reason, last_error, handler_version, redrives";
 
 pub(super) fn dead_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeadLetter> {
     Ok(DeadLetter {
@@ -392,26 +400,57 @@ pub(super) fn dead_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeadLette
         reason: r.get(8)?,
         last_error: r.get(9)?,
         handler_version: r.get(10)?,
+        redrives: r.get(11)?,
     })
 }
 
-pub(super) fn replay(conn: &Connection, queue: &str, ids: &[String]) -> Result<u64> {
+/// Move the dead letters `sel` takes back to `queue`, oldest death first.
+/// Picking and moving run in one savepoint on the one writer, so a dead
+/// letter is never moved twice, even by hosts sharing the file.
+pub(super) fn replay(conn: &Connection, queue: &str, sel: &ReplaySelector) -> Result<u64> {
+    let ids = (!sel.ids.is_empty())
+        .then(|| serde_json::to_string(&sel.ids).expect("strings always serialize"));
+    // LIMIT -1 is SQLite for no limit.
+    let limit = sel.limit.map_or(-1, |n| n.min(i64::MAX as usize) as i64);
+    let mut pick = conn
+        .prepare_cached(
+            "SELECT seq FROM dead WHERE queue = ?1
+             AND (?2 IS NULL OR died_at <= ?2)
+             AND (?3 IS NULL OR redrives < ?3)
+             AND (?4 IS NULL OR id IN (SELECT value FROM json_each(?4)))
+             ORDER BY seq LIMIT ?5",
+        )
+        .map_err(storage)?;
+    let seqs = pick
+        .query_map(
+            params![
+                queue,
+                sel.died_before_ms.map(|ms| ms.min(i64::MAX as u64) as i64),
+                sel.max_redrives,
+                ids,
+                limit
+            ],
+            |r| r.get::<_, i64>(0),
+        )
+        .map_err(storage)?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(storage)?;
+    let mut back = conn
+        .prepare_cached(
+            "INSERT INTO messages (id, queue, key, payload, headers, attempt, enqueued_at, visible_at,
+             last_error, redrives)
+             SELECT id, queue, key, payload, headers, 0, enqueued_at, ?2, last_error, redrives + ?3
+             FROM dead WHERE seq = ?1",
+        )
+        .map_err(storage)?;
+    let mut delete = conn
+        .prepare_cached("DELETE FROM dead WHERE seq = ?1")
+        .map_err(storage)?;
     let now = now_ms() as i64;
-    let move_one = "INSERT INTO messages (id, queue, key, payload, headers, attempt, enqueued_at, visible_at, last_error)
-         SELECT id, queue, key, payload, headers, 0, enqueued_at, ?3, last_error FROM dead
-         WHERE queue = ?1 AND (?2 IS NULL OR id = ?2)";
-    let delete = "DELETE FROM dead WHERE queue = ?1 AND (?2 IS NULL OR id = ?2)";
-    let mut moved = 0;
-    let targets: Vec<Option<&str>> = if ids.is_empty() {
-        vec![None]
-    } else {
-        ids.iter().map(|s| Some(s.as_str())).collect()
-    };
-    for id in targets {
-        moved += conn
-            .execute(move_one, params![queue, id, now])
-            .map_err(storage)? as u64;
-        conn.execute(delete, params![queue, id]).map_err(storage)?;
+    for seq in &seqs {
+        back.execute(params![seq, now, i64::from(sel.redrive)])
+            .map_err(storage)?;
+        delete.execute([seq]).map_err(storage)?;
     }
-    Ok(moved)
+    Ok(seqs.len() as u64)
 }

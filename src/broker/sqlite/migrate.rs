@@ -1,0 +1,118 @@
+//! Upgrading broker files written by earlier versions of sluice. `SCHEMA`
+//! creates whatever is missing, but `CREATE TABLE IF NOT EXISTS` leaves an
+//! existing table as it was: columns added since are added here, so a file
+//! from an earlier version opens with its messages and dead letters intact.
+
+use rusqlite::Connection;
+
+/// The schema version this build writes (`PRAGMA user_version`).
+pub(super) const VERSION: i64 = 2;
+
+/// Columns added after their table was first released: table, column,
+/// definition. The definitions must have defaults, since rows exist.
+const ADDED: &[(&str, &str, &str)] = &[
+    // Version 2: the scheduled redrives a message has been through.
+    ("messages", "redrives", "INTEGER NOT NULL DEFAULT 0"),
+    ("dead", "redrives", "INTEGER NOT NULL DEFAULT 0"),
+];
+
+pub(super) fn upgrade(conn: &Connection) -> rusqlite::Result<()> {
+    // IMMEDIATE takes the write lock before looking, so two hosts opening
+    // the same old file at once cannot both try to add a column.
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let result = add_missing(conn);
+    conn.execute_batch(if result.is_ok() { "COMMIT" } else { "ROLLBACK" })?;
+    result
+}
+
+fn add_missing(conn: &Connection) -> rusqlite::Result<()> {
+    for (table, column, definition) in ADDED {
+        if !has_column(conn, table, column)? {
+            conn.execute_batch(&format!(
+                "ALTER TABLE {table} ADD COLUMN {column} {definition}"
+            ))?;
+        }
+    }
+    conn.pragma_update(None, "user_version", VERSION)
+}
+
+fn has_column(conn: &Connection, table: &str, column: &str) -> rusqlite::Result<bool> {
+    let mut stmt = conn.prepare(&format!("PRAGMA table_info({table})"))?;
+    let names = stmt.query_map([], |r| r.get::<_, String>(1))?;
+    for name in names {
+        if name? == column {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::{Broker, ReplaySelector, SqliteBroker};
+
+    /// The two tables as version 1 wrote them, before `redrives`.
+    const VERSION_1: &str = "
+    CREATE TABLE messages (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
+        queue TEXT NOT NULL, key TEXT NOT NULL, payload BLOB NOT NULL, headers TEXT,
+        attempt INTEGER NOT NULL DEFAULT 0, enqueued_at INTEGER NOT NULL,
+        visible_at INTEGER NOT NULL, leased INTEGER NOT NULL DEFAULT 0,
+        receipt TEXT, last_error TEXT);
+    CREATE TABLE dead (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
+        queue TEXT NOT NULL, key TEXT NOT NULL, payload BLOB NOT NULL, headers TEXT,
+        attempts INTEGER NOT NULL, enqueued_at INTEGER NOT NULL, died_at INTEGER NOT NULL,
+        reason TEXT NOT NULL, last_error TEXT, handler_version TEXT);
+    INSERT INTO messages (id, queue, key, payload, enqueued_at, visible_at)
+        VALUES ('m1', 'q', 'm1', x'6869', 1, 1);
+    INSERT INTO dead (id, queue, key, payload, attempts, enqueued_at, died_at, reason)
+        VALUES ('d1', 'q', 'd1', x'6f6c64', 3, 1, 2, 'gave up after 3 attempt(s)');
+    PRAGMA user_version = 1;
+    ";
+
+    #[tokio::test]
+    async fn a_version_1_file_opens_with_its_messages_and_dead_letters() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(VERSION_1)
+            .unwrap();
+
+        let broker = SqliteBroker::open(&path).unwrap();
+        let dead = broker.dead_letter("q", "d1").await.unwrap().unwrap();
+        assert_eq!((dead.attempts, dead.redrives), (3, 0));
+        let got = broker
+            .receive("q", 10, std::time::Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            (got[0].id.as_str(), &got[0].payload[..]),
+            ("m1", &b"hi"[..])
+        );
+        let redrive = ReplaySelector {
+            redrive: true,
+            max_redrives: Some(1),
+            ..ReplaySelector::default()
+        };
+        assert_eq!(broker.replay("q", &redrive).await.unwrap(), 1);
+        drop(broker);
+
+        // Opening it again finds nothing left to add.
+        let conn = Connection::open(&path).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, VERSION);
+        let redrives: i64 = conn
+            .query_row("SELECT redrives FROM messages WHERE id = 'd1'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(redrives, 1, "the redriven dead letter carries its count");
+        upgrade(&conn).unwrap();
+    }
+}
