@@ -14,8 +14,8 @@ use crate::policy::{Backoff, RedrivePolicy, RetryPolicy};
 use crate::units::{Dur, Size};
 
 mod capabilities;
-mod subscriptions;
 mod redrive;
+mod subscriptions;
 pub use capabilities::{Capabilities, HostPattern, HttpAllow};
 pub use subscriptions::Subscription;
 

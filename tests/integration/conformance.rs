@@ -443,6 +443,7 @@ conformance!(redis_cluster_broker, redis_cluster());
 // The key-value store's checks and the replay and redrive checks, run
 // through `conformance!` on the same backends (declared after the macro,
 // which they use).
+mod keys;
 mod kv;
-mod topics;
 mod replay;
+mod topics;

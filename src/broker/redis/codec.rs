@@ -268,6 +268,15 @@ pub fn parse_receipt(receipt: &str) -> (&str, &str) {
     receipt.split_once(' ').unwrap_or((receipt, "1"))
 }
 
+/// Headers as the entry field `h`: JSON pairs, or empty when there are none.
+pub fn encode_headers(headers: &[(String, String)]) -> String {
+    if headers.is_empty() {
+        String::new()
+    } else {
+        serde_json::to_string(headers).expect("string pairs always serialize")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

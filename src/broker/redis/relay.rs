@@ -1,0 +1,123 @@
+//! The relay: publishes held in a queue's outbox (written atomically with an
+//! ack, in the source queue's hash slot) moved to their target queues, each
+//! guarded by a marker key so that a relay repeated after a crash enqueues
+//! nothing twice.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use tokio::sync::Notify;
+
+use super::conn::Conn;
+use super::{QUEUES_KEY, QueueKeys, codec, key, scripts};
+
+/// How long the relay's markers remember a relayed publish.
+const RELAY_MARKER_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// How often the relay also looks at the outboxes of every queue the broker
+/// knows, so that publishes held by a queue no host serves any more still
+/// reach their targets.
+const RELAY_ALL_EVERY: Duration = Duration::from_secs(2);
+
+/// Moves held publishes from the outboxes of the queues this host serves
+/// (at once when a settle wakes it, else every 50 ms) and of every known
+/// queue (every [`RELAY_ALL_EVERY`]) to their target queues. Runs until the
+/// broker is dropped.
+pub(super) async fn relay_loop(
+    conn: Conn,
+    served: Arc<StdMutex<BTreeSet<String>>>,
+    wake: Arc<Notify>,
+) {
+    let mut backoff = Duration::from_millis(50);
+    let mut last_all = Instant::now();
+    loop {
+        tokio::select! {
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        let mut queues: BTreeSet<String> = served.lock().expect("served lock").clone();
+        if last_all.elapsed() >= RELAY_ALL_EVERY {
+            last_all = Instant::now();
+            let mut c = conn.clone();
+            match redis::cmd("SMEMBERS")
+                .arg(QUEUES_KEY)
+                .query_async::<Vec<String>>(&mut c)
+                .await
+            {
+                Ok(all) => queues.extend(all),
+                Err(e) => tracing::warn!(error = %e, "could not list queues to relay"),
+            }
+        }
+        for q in queues {
+            if let Err(e) = relay_queue(conn.clone(), &q).await {
+                tracing::warn!(queue = %q, error = %e, "relaying held publishes failed; retrying in {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+            backoff = Duration::from_millis(50);
+        }
+    }
+}
+
+pub(super) async fn relay_queue(mut conn: Conn, queue: &str) -> redis::RedisResult<()> {
+    let outbox = key(queue, "outbox");
+    loop {
+        let reply: Value = redis::cmd("XRANGE")
+            .arg(&outbox)
+            .arg("-")
+            .arg("+")
+            .arg("COUNT")
+            .arg(500)
+            .query_async(&mut conn)
+            .await?;
+        let held: Vec<codec::Held> = codec::into_array(reply)
+            .into_iter()
+            .filter_map(codec::Held::parse)
+            .collect();
+        if held.is_empty() {
+            return Ok(());
+        }
+        // One script per target queue: its keys share that queue's slot.
+        let mut by_target: Vec<(&str, Vec<&codec::Held>)> = Vec::new();
+        for h in &held {
+            match by_target.iter_mut().find(|(q, _)| *q == h.queue) {
+                Some((_, list)) => list.push(h),
+                None => by_target.push((&h.queue, vec![h])),
+            }
+        }
+        for (target, list) in &by_target {
+            let keys = QueueKeys::new(target);
+            let mut script = scripts::PUBLISH.prepare_invoke();
+            script
+                .key(&keys.stream)
+                .key(&keys.delayed)
+                .key(&keys.bodies)
+                .arg(RELAY_MARKER_TTL.as_millis() as u64);
+            for h in list {
+                script
+                    .key(key(target, &format!("relayed:{}", h.id)))
+                    .arg(&h.id)
+                    .arg(&h.key)
+                    .arg(&h.payload)
+                    .arg(&h.headers)
+                    .arg(h.delay_ms);
+            }
+            script.invoke_async::<()>(&mut conn).await?;
+        }
+        let targets: Vec<&str> = by_target.iter().map(|(q, _)| *q).collect();
+        redis::cmd("SADD")
+            .arg(QUEUES_KEY)
+            .arg(&targets)
+            .query_async::<()>(&mut conn)
+            .await?;
+        let entries: Vec<&str> = held.iter().map(|h| h.entry.as_str()).collect();
+        redis::cmd("XDEL")
+            .arg(&outbox)
+            .arg(&entries)
+            .query_async::<()>(&mut conn)
+            .await?;
+    }
+}

@@ -1,0 +1,123 @@
+//! Idempotency keys under races, and publishing through `sluice::Client`:
+//! more of the conformance suite, on the same backends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice::broker::{Broker, ClaimState, KeyClaim, Settlement};
+use sluice::client::{Client, PublishError, PublishOptions};
+
+use super::{LEASE, SHORT, msg, receive_n, receive_one, stats_until};
+
+/// Two deliveries of one message both end `done` without publishes (the
+/// first lost its lease while it ran): the message is done once, and the
+/// late one counts as a duplicate.
+pub async fn a_late_plain_done_counts_as_a_duplicate(b: Arc<dyn Broker>) {
+    b.publish(vec![msg("q", "x")]).await.unwrap();
+    let first = receive_one(&*b, "q", SHORT).await;
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let second = receive_one(&*b, "q", SHORT).await;
+    let key = Some(("k".to_string(), Duration::from_secs(60)));
+    for d in [second, first] {
+        b.settle(&[Settlement::Done {
+            delivery: d,
+            key: key.clone(),
+            publishes: vec![],
+        }])
+        .await
+        .unwrap();
+    }
+    let s = stats_until(&*b, "q", |s| s.pending() == 0).await;
+    assert_eq!((s.done, s.duplicates), (1, 1), "{s:?}");
+    let again = KeyClaim {
+        key: "k".into(),
+        message_id: "other".into(),
+    };
+    assert_eq!(
+        b.claim("q", &[again], LEASE).await.unwrap(),
+        [ClaimState::AlreadyDone]
+    );
+}
+
+/// A message delivered again after its lease ran out takes its own key
+/// over, for the new lease: the key stays its own until the new lease ends.
+pub async fn a_redelivered_message_takes_its_key_over(b: Arc<dyn Broker>) {
+    let claim = |id: &str| KeyClaim {
+        key: "k".into(),
+        message_id: id.into(),
+    };
+    let short = Duration::from_millis(300);
+    assert_eq!(
+        b.claim("q", &[claim("m1")], short).await.unwrap(),
+        [ClaimState::Acquired]
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // m1 again, before its first lease on the key ended: a fresh lease.
+    assert_eq!(
+        b.claim("q", &[claim("m1")], short).await.unwrap(),
+        [ClaimState::Acquired]
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // 400 ms after the first claim, 200 ms into the second lease.
+    assert_eq!(
+        b.claim("q", &[claim("m2")], short).await.unwrap(),
+        [ClaimState::Busy],
+        "the second claim renewed the lease"
+    );
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(
+        b.claim("q", &[claim("m2")], short).await.unwrap(),
+        [ClaimState::Acquired],
+        "and it ran out in its turn"
+    );
+}
+
+pub async fn the_client_publishes_with_options(b: Arc<dyn Broker>) {
+    let client = Client::from_broker(b.clone()).with_max_message_size(64);
+    let id = client.publish("q", b"plain").await.unwrap();
+    let options = PublishOptions::default()
+        .key("order-7")
+        .header("source", "shop")
+        .delay(Duration::from_millis(300));
+    let later = client.publish_with("q", b"later", options).await.unwrap();
+    let now = b.receive("q", 10, LEASE).await.unwrap();
+    assert_eq!(now.len(), 1, "the delayed one is not due yet");
+    assert_eq!(
+        (now[0].id.as_str(), now[0].key.as_str()),
+        (id.as_str(), id.as_str())
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let d = receive_one(&*b, "q", LEASE).await;
+    assert_eq!((d.id.as_str(), d.key.as_str()), (later.as_str(), "order-7"));
+    assert_eq!(d.header("source"), Some("shop"));
+    assert_eq!(d.payload, b"later");
+
+    let ids = client
+        .publish_all(vec![msg("a", "1"), msg("b", "2")])
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 2);
+    assert_eq!(receive_n(&*b, "b", 1).await[0].id, ids[1]);
+    for bad in [
+        client.publish("a/b", b"x").await,
+        client.publish("q", &[0; 65]).await,
+    ] {
+        assert!(matches!(bad, Err(PublishError::Refused(_))), "{bad:?}");
+    }
+}
+
+macro_rules! keys_conformance {
+    ($backend:ident, $make:expr) => {
+        mod $backend {
+            conformance!(@tests $make;
+                a_late_plain_done_counts_as_a_duplicate,
+                a_redelivered_message_takes_its_key_over,
+                the_client_publishes_with_options,
+            );
+        }
+    };
+}
+
+keys_conformance!(sqlite_broker, super::super::sqlite());
+keys_conformance!(redis_broker, super::super::redis());
+keys_conformance!(redis_cluster_broker, super::super::redis_cluster());
