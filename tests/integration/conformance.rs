@@ -378,35 +378,26 @@ pub async fn stats_cover_every_queue(b: Arc<dyn Broker>) {
     assert_eq!((bq.ready, bq.in_flight, bq.delayed), (0, 0, 1));
 }
 
-macro_rules! conformance {
-    ($backend:ident, $make:expr) => {
-        mod $backend {
-            use super::*;
-            conformance!(@tests $make;
-                publish_and_receive_in_order,
-                receive_respects_batch_size,
-                expired_lease_redelivers_and_counts_an_attempt,
-                done_commits_publishes_with_the_ack,
-                retry_waits_for_its_delay,
-                delayed_publish_is_not_early,
-                defer_does_not_count_an_attempt,
-                dead_letters_list_show_replay_purge,
-                keys_acquire_busy_done_and_release,
-                second_done_for_a_key_is_a_duplicate_without_publishes,
-                duplicate_settlement_acks_without_counting_done,
-                stats_cover_every_queue,
-                dead_notice_is_published_with_the_dead_letter,
-            );
-        }
+/// Run each named check, an `async fn(Arc<dyn Broker>)` of the calling
+/// module, once on every backend: `mod sqlite_broker`, `mod redis_broker`
+/// and `mod redis_cluster_broker` get one test each. A module of checks
+/// ends with one call of this.
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        on_every_backend!(@backend sqlite_broker, sqlite; $($name),*);
+        on_every_backend!(@backend redis_broker, redis; $($name),*);
+        on_every_backend!(@backend redis_cluster_broker, redis_cluster; $($name),*);
     };
-    (@tests $make:expr; $($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test]
-            async fn $name() {
-                let (_guard, broker) = $make.await;
-                super::$name(broker).await;
-            }
-        )*
+    (@backend $backend:ident, $make:ident; $($name:ident),*) => {
+        mod $backend {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let (_guard, broker) = crate::conformance::$make().await;
+                    super::$name(broker).await;
+                }
+            )*
+        }
     };
 }
 
@@ -436,13 +427,24 @@ async fn redis_cluster() -> (RedisCluster, Arc<dyn Broker>) {
     (cluster, Arc::new(broker))
 }
 
-conformance!(sqlite_broker, sqlite());
-conformance!(redis_broker, redis());
-conformance!(redis_cluster_broker, redis_cluster());
+on_every_backend!(
+    publish_and_receive_in_order,
+    receive_respects_batch_size,
+    expired_lease_redelivers_and_counts_an_attempt,
+    done_commits_publishes_with_the_ack,
+    retry_waits_for_its_delay,
+    delayed_publish_is_not_early,
+    defer_does_not_count_an_attempt,
+    dead_letters_list_show_replay_purge,
+    keys_acquire_busy_done_and_release,
+    second_done_for_a_key_is_a_duplicate_without_publishes,
+    duplicate_settlement_acks_without_counting_done,
+    stats_cover_every_queue,
+    dead_notice_is_published_with_the_dead_letter,
+);
 
-// The key-value store's checks and the replay and redrive checks, run
-// through `conformance!` on the same backends (declared after the macro,
-// which they use).
+// More checks, a module per area, run through `on_every_backend!` on the
+// same backends (declared after the macro, which they use).
 mod keys;
 mod kv;
 mod replay;

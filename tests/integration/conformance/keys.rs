@@ -106,18 +106,8 @@ pub async fn the_client_publishes_with_options(b: Arc<dyn Broker>) {
     }
 }
 
-macro_rules! keys_conformance {
-    ($backend:ident, $make:expr) => {
-        mod $backend {
-            conformance!(@tests $make;
-                a_late_plain_done_counts_as_a_duplicate,
-                a_redelivered_message_takes_its_key_over,
-                the_client_publishes_with_options,
-            );
-        }
-    };
-}
-
-keys_conformance!(sqlite_broker, super::super::sqlite());
-keys_conformance!(redis_broker, super::super::redis());
-keys_conformance!(redis_cluster_broker, super::super::redis_cluster());
+on_every_backend!(
+    a_late_plain_done_counts_as_a_duplicate,
+    a_redelivered_message_takes_its_key_over,
+    the_client_publishes_with_options,
+);

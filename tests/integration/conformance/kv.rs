@@ -209,22 +209,12 @@ pub async fn kv_scopes_are_isolated(b: Arc<dyn Broker>) {
     }
 }
 
-macro_rules! kv_conformance {
-    ($backend:ident, $make:expr) => {
-        mod $backend {
-            conformance!(@tests $make;
-                kv_set_get_overwrite,
-                kv_ttl_expires_and_set_replaces_it,
-                kv_delete_says_whether_it_was_set,
-                kv_increment_creates_adds_and_keeps_expiry,
-                kv_increment_refuses_non_integers_and_overflow,
-                kv_concurrent_increments_sum_exactly,
-                kv_scopes_are_isolated,
-            );
-        }
-    };
-}
-
-kv_conformance!(sqlite_broker, super::super::sqlite());
-kv_conformance!(redis_broker, super::super::redis());
-kv_conformance!(redis_cluster_broker, super::super::redis_cluster());
+on_every_backend!(
+    kv_set_get_overwrite,
+    kv_ttl_expires_and_set_replaces_it,
+    kv_delete_says_whether_it_was_set,
+    kv_increment_creates_adds_and_keeps_expiry,
+    kv_increment_refuses_non_integers_and_overflow,
+    kv_concurrent_increments_sum_exactly,
+    kv_scopes_are_isolated,
+);

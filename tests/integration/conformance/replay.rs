@@ -300,22 +300,12 @@ pub async fn concurrent_redrives_move_each_dead_letter_once(b: Arc<dyn Broker>) 
     assert!(dead_ids(&*b, "q").await.0.is_empty());
 }
 
-macro_rules! replay_conformance {
-    ($backend:ident, $make:expr) => {
-        mod $backend {
-            conformance!(@tests $make;
-                replay_cut_off_takes_only_those_dead_long_enough,
-                replay_limit_takes_those_that_died_first,
-                replay_ids_combine_with_cut_off_and_limit,
-                redrives_stop_at_max_and_manual_replay_keeps_the_count,
-                max_redrives_combines_with_cut_off_and_limit,
-                replay_walks_a_long_dead_letter_stream,
-                concurrent_redrives_move_each_dead_letter_once,
-            );
-        }
-    };
-}
-
-replay_conformance!(sqlite_broker, super::super::sqlite());
-replay_conformance!(redis_broker, super::super::redis());
-replay_conformance!(redis_cluster_broker, super::super::redis_cluster());
+on_every_backend!(
+    replay_cut_off_takes_only_those_dead_long_enough,
+    replay_limit_takes_those_that_died_first,
+    replay_ids_combine_with_cut_off_and_limit,
+    redrives_stop_at_max_and_manual_replay_keeps_the_count,
+    max_redrives_combines_with_cut_off_and_limit,
+    replay_walks_a_long_dead_letter_stream,
+    concurrent_redrives_move_each_dead_letter_once,
+);

@@ -171,18 +171,8 @@ pub async fn topic_publish_copies_to_matching_queues(b: Arc<dyn Broker>) {
     }
 }
 
-macro_rules! topics_conformance {
-    ($backend:ident, $make:expr) => {
-        mod $backend {
-            conformance!(@tests $make;
-                bindings_are_stored_listed_and_removed,
-                replacing_an_origins_bindings_leaves_the_others,
-                topic_publish_copies_to_matching_queues,
-            );
-        }
-    };
-}
-
-topics_conformance!(sqlite_broker, super::super::sqlite());
-topics_conformance!(redis_broker, super::super::redis());
-topics_conformance!(redis_cluster_broker, super::super::redis_cluster());
+on_every_backend!(
+    bindings_are_stored_listed_and_removed,
+    replacing_an_origins_bindings_leaves_the_others,
+    topic_publish_copies_to_matching_queues,
+);
