@@ -3,7 +3,9 @@
 //! it ended; it never fails the host.
 
 use std::path::PathBuf;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use wasmtime::{Store, UpdateDeadline, WasmBacktrace};
@@ -175,7 +177,22 @@ impl Handler {
         message: &bindings::Message,
     ) -> Result<bindings::Outcome, Failure> {
         let timeout = self.spec.timeout;
-        match tokio::time::timeout(timeout, instance.call_handle(&mut *store, message)).await {
+        let deadline = tokio::time::Instant::from_std(store.data().deadline);
+        let result = {
+            let call = instance.call_handle(&mut *store, message);
+            let mut call = std::pin::pin!(call);
+            // Most calls finish in their first poll, running the guest to its
+            // end on the fiber: they need no timer, and arming one costs more
+            // than a warm call. A call that waits (on a host future, or
+            // yielding at an epoch tick) gets the timer that ends it at its
+            // deadline.
+            let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+            match first {
+                Poll::Ready(result) => Ok(result),
+                Poll::Pending => tokio::time::timeout_at(deadline, call).await,
+            }
+        };
+        match result {
             Ok(Ok(outcome)) => Ok(outcome),
             Ok(Err(e)) => Err(classify(e, store, false)),
             Err(_elapsed) => Err(Failure::Timeout(TimedOut(timeout).to_string())),
