@@ -29,11 +29,11 @@ pub struct Entry {
     pub last_error: Option<String>,
     /// Scheduled redrives the message has been through.
     pub redrives: u64,
-    /// Dead letters only: reason, handler version, attempts, died at.
+    /// Dead letters only: reason, handler version, attempts. A dead
+    /// letter died at its entry id's time.
     pub reason: Option<String>,
     pub version: Option<String>,
     pub dead_attempts: u64,
-    pub died_at_ms: Option<u64>,
 }
 
 impl Entry {
@@ -67,7 +67,6 @@ impl Entry {
                 Some(b"r") => e.reason = Some(utf8(value)),
                 Some(b"v") => e.version = Some(utf8(value)).filter(|s| !s.is_empty()),
                 Some(b"n") => e.dead_attempts = number(&value).unwrap_or(0),
-                Some(b"x") => e.died_at_ms = number(&value),
                 _ => {}
             }
         }
@@ -123,7 +122,7 @@ impl Entry {
             key: self.key(),
             headers: self.headers(),
             enqueued_at_ms: self.enqueued(),
-            died_at_ms: self.died_at_ms.unwrap_or_else(|| entry_time(&self.entry)),
+            died_at_ms: entry_time(&self.entry),
             id: self.id,
             queue: queue.to_string(),
             payload: self.payload,

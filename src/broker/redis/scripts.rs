@@ -17,8 +17,11 @@
 //! attempts before this entry (when not 0), `e` last error, `c` scheduled
 //! redrives the message has been through (when not 0; written by `REPLAY`,
 //! then carried along like every other field, into the dead letter too).
-//! Dead letters add `r` reason, `v` handler version, `n` attempts and `x`
-//! died at.
+//! Dead letters add `r` reason, `v` handler version and `n` attempts; the
+//! time of death is the dead entry's id, so `REPLAY`'s cut-off is the end of
+//! an `XRANGE` and agrees with what `dlq list` shows. (A field written from
+//! `TIME` at the start of the script can be a millisecond behind the id
+//! that `XADD *` gives.)
 //!
 //! The hot path of a batch that only acks (done with an idempotency key and
 //! no publishes, or duplicates) runs without a script: see `settle_plain`
@@ -232,7 +235,7 @@ while i <= #ARGV do
       remove(entry)
       keep_time(f, entry)
       set_field(f, 'e', ARGV[i + 1])
-      for _, kv in ipairs({{'r', ARGV[i]}, {'v', ARGV[i + 2]}, {'n', tostring(attempt)}, {'x', tostring(now)}}) do
+      for _, kv in ipairs({{'r', ARGV[i]}, {'v', ARGV[i + 2]}, {'n', tostring(attempt)}}) do
         set_field(f, kv[1], kv[2])
       end
       redis.call('XADD', D, '*', unpack(f))
