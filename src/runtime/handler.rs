@@ -2,8 +2,8 @@
 //! `reuse` mode, its warm instances. `invoke` runs one delivery and says how
 //! it ended; it never fails the host.
 
-use std::path::PathBuf;
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
