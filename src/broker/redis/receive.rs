@@ -193,32 +193,37 @@ impl RedisBroker {
         let mut conn = self.conn.clone();
         let before: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
         let mut states = Vec::with_capacity(claims.len());
-        let mut extend = redis::pipe();
-        let mut extending = false;
-        for (c, held) in claims.iter().zip(before) {
+        // Claims that found this message's own earlier lease (it was
+        // delivered again): taken over by a script, by index into `states`.
+        let mut own = Vec::new();
+        for (i, (c, held)) in claims.iter().zip(before).enumerate() {
             let state = match held {
                 Value::Nil => ClaimState::Acquired,
                 Value::BulkString(v) if v.starts_with(b"D:") => ClaimState::AlreadyDone,
-                // This message's own earlier lease (it was delivered again):
-                // take the key over for the new lease.
-                Value::BulkString(v) if v[..] == *lease_value(&c.message_id).as_bytes() => {
-                    extend
-                        .cmd("PEXPIRE")
-                        .arg(idem_key(queue, &c.key))
-                        .arg(lease_ms)
-                        .ignore();
-                    extending = true;
-                    ClaimState::Acquired
+                Value::BulkString(v) if v.strip_prefix(b"L:") == Some(c.message_id.as_bytes()) => {
+                    own.push(i);
+                    ClaimState::Busy
                 }
                 _ => ClaimState::Busy,
             };
             states.push(state);
         }
-        if extending {
-            extend
-                .query_async::<()>(&mut conn)
-                .await
-                .map_err(classify)?;
+        if !own.is_empty() {
+            let mut renew = scripts::RENEW.prepare_invoke();
+            renew.arg(lease_ms);
+            for &i in &own {
+                renew
+                    .key(idem_key(queue, &claims[i].key))
+                    .arg(&claims[i].message_id);
+            }
+            let renewed: Vec<u8> = renew.invoke_async(&mut conn).await.map_err(classify)?;
+            for (&i, r) in own.iter().zip(renewed) {
+                states[i] = match r {
+                    0 => ClaimState::Acquired,
+                    1 => ClaimState::AlreadyDone,
+                    _ => ClaimState::Busy,
+                };
+            }
         }
         Ok(states)
     }

@@ -131,6 +131,35 @@ return {claimed[1], out}
     ))
 });
 
+/// KEYS: idempotency keys whose `SET NX GET` found the claiming message's
+/// own lease (it was delivered again). ARGV: lease ms, then one message id
+/// per key. Checks and renews in one step, because in between the key may
+/// run out or the message's other delivery may mark it done: renews a key
+/// that still holds the message's lease, takes one that ran out, and leaves
+/// any other value alone. Returns per key 0 (acquired), 1 (already done) or
+/// 2 (busy).
+pub static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local out = {}
+for j, k in ipairs(KEYS) do
+  local lease = 'L:' .. ARGV[j + 1]
+  local v = redis.call('GET', k)
+  if not v then
+    redis.call('SET', k, lease, 'PX', ARGV[1]); out[j] = 0
+  elseif v == lease then
+    redis.call('PEXPIRE', k, ARGV[1]); out[j] = 0
+  elseif string.sub(v, 1, 2) == 'D:' then
+    out[j] = 1
+  else
+    out[j] = 2
+  end
+end
+return out
+"#,
+    )
+});
+
 /// KEYS: stream, delayed, bodies, dead, counters, outbox, then the
 /// idempotency keys the ops refer to. ARGV: group, consumer, then ops, each
 /// `kind, entry, delivery count, key index (0 = none), message id, attempt`
