@@ -16,13 +16,25 @@ const ADDED: &[(&str, &str, &str)] = &[
     ("dead", "redrives", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
-pub(super) fn upgrade(conn: &Connection) -> rusqlite::Result<()> {
+/// Bring the file up to [`VERSION`]. A file at it already is left alone,
+/// without taking the write lock; a file written by a newer sluice is
+/// refused rather than marked as this version.
+pub(super) fn upgrade(conn: &Connection) -> anyhow::Result<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version == VERSION {
+        return Ok(());
+    }
+    anyhow::ensure!(
+        version < VERSION,
+        "its schema version is {version}, and this sluice knows versions up to {VERSION}: \
+         run the newer sluice that wrote it"
+    );
     // IMMEDIATE takes the write lock before looking, so two hosts opening
     // the same old file at once cannot both try to add a column.
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let result = add_missing(conn);
     conn.execute_batch(if result.is_ok() { "COMMIT" } else { "ROLLBACK" })?;
-    result
+    Ok(result?)
 }
 
 fn add_missing(conn: &Connection) -> rusqlite::Result<()> {
@@ -114,5 +126,27 @@ mod tests {
             .unwrap();
         assert_eq!(redrives, 1, "the redriven dead letter carries its count");
         upgrade(&conn).unwrap();
+    }
+
+    #[test]
+    fn a_file_from_a_newer_version_is_refused_and_left_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new.db");
+        let newer = VERSION + 1;
+        Connection::open(&path)
+            .unwrap()
+            .pragma_update(None, "user_version", newer)
+            .unwrap();
+        let err = SqliteBroker::open(&path)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        assert!(err.contains(&format!("schema version is {newer}")), "{err}");
+        let version: i64 = Connection::open(&path)
+            .unwrap()
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, newer);
     }
 }

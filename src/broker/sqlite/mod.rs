@@ -151,7 +151,7 @@ impl SqliteBroker {
     }
 }
 
-fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
+fn open_connection(path: &Path) -> anyhow::Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(10))?;
     // WAL: readers never block the writer. synchronous=FULL: a commit is on
