@@ -76,18 +76,21 @@ pub async fn run_with_clock(
     }
     let host = host_id();
     report(&*broker, &registry, &host).await;
+    // Bindings lost with a broker's data, or not written while it was away,
+    // come back; the status report stays fresh.
+    let periodic = async {
+        loop {
+            tokio::time::sleep(STATUS_EVERY).await;
+            registry.sync_bindings().await;
+            report(&*broker, &registry, &host).await;
+        }
+    };
     let follow = async {
         let Some(watcher) = watcher.as_mut() else {
             return std::future::pending().await;
         };
         loop {
-            let mut names = tokio::select! {
-                names = watcher.changed() => names,
-                _ = tokio::time::sleep(STATUS_EVERY) => {
-                    report(&*broker, &registry, &host).await;
-                    continue;
-                }
-            };
+            let mut names = watcher.changed().await;
             if names.iter().any(|n| n == RESCAN) {
                 names = registry.scan().unwrap_or_default();
                 names.extend(registry.statuses().await.into_iter().map(|s| s.handler));
@@ -109,13 +112,14 @@ pub async fn run_with_clock(
             tracing::info!("all bound queues are idle; exiting");
         }
         _ = follow => {}
+        _ = periodic => {}
         _ = redrive => {}
     }
     registry.stop_all(options.grace).await;
     // Publishes committed with the last acks may still wait in an outbox;
-    // left there, they would move on only when a host serves the queue again.
+    // left there, they would wait for the relay of another running host.
     if let Err(e) = broker.flush().await {
-        tracing::warn!(error = %e, "could not pass on the last held publishes; the next host to serve their queues will");
+        tracing::warn!(error = %e, "could not pass on the last held publishes; the relay of any running host, or the next to start, will");
     }
     if let Err(e) = broker.put_handler_statuses(&host, Vec::new()).await {
         tracing::debug!(error = %e, "could not clear this host's handler status");
@@ -130,7 +134,6 @@ fn host_id() -> String {
 
 /// Tell the broker what this host serves and refused, for `sluice stats`.
 async fn report(broker: &dyn Broker, registry: &Registry, host: &str) {
-    registry.sync_bindings().await;
     let now = crate::message::now_ms();
     let statuses = registry
         .statuses()

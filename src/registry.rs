@@ -8,7 +8,7 @@
 //! version's calls in flight finish on it, and what it had leased but not
 //! started goes back to the queue without spending an attempt.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -159,18 +159,15 @@ impl Registry {
                     .await;
             }
         };
-        // Before the registry's lock: a broker that is away must not hold it.
+        // A handler refused for its queue must not bind topics to it.
+        let taken = queue_taken(&*self.state.lock().await, name, &handler.spec.queue);
+        if let Some(reason) = taken {
+            return self.refuse(name, &wasm, reason).await;
+        }
+        // Outside the registry's lock: a broker that is away must not hold it.
         bind(&*self.broker, &handler.spec).await;
         let mut state = self.state.lock().await;
-        if let Some((other, _)) = state
-            .running
-            .iter()
-            .find(|(n, r)| n.as_str() != name && r.queue == handler.spec.queue)
-        {
-            let reason = format!(
-                "queue {:?} is already served by {other}.wasm; bind this handler to another queue in its sidecar",
-                handler.spec.queue
-            );
+        if let Some(reason) = queue_taken(&state, name, &handler.spec.queue) {
             drop(state);
             return self.refuse(name, &wasm, reason).await;
         }
@@ -243,15 +240,15 @@ impl Registry {
     /// must not start before the handlers that subscribe to it are bound,
     /// whatever order they load in. A sidecar that does not parse is left to
     /// the load, which reports it.
+    /// Of two sidecars naming one queue, only the first name's is bound, as
+    /// only the first loads.
     pub async fn bind_sidecars(&self, names: &[String]) {
+        let mut queues = BTreeSet::new();
         for name in names {
             let sidecar = self.dir.join(format!("{name}.toml"));
-            let spec = if sidecar.exists() {
-                HandlerSpec::load(name, &sidecar)
-            } else {
-                HandlerSpec::defaults(name)
-            };
-            if let Ok(spec) = spec {
+            if let Ok(spec) = load_spec(name, &sidecar)
+                && queues.insert(spec.queue.clone())
+            {
                 bind(&*self.broker, &spec).await;
             }
         }
@@ -375,6 +372,26 @@ pub fn handler_name(path: &Path) -> Option<String> {
     (!stem.is_empty() && !stem.starts_with('.') && !stem.contains('.')).then(|| stem.to_string())
 }
 
+/// Handler `name`'s spec from its sidecar, or the defaults without one.
+fn load_spec(name: &str, sidecar: &Path) -> anyhow::Result<HandlerSpec> {
+    if sidecar.exists() {
+        HandlerSpec::load(name, sidecar)
+    } else {
+        HandlerSpec::defaults(name)
+    }
+}
+
+/// Why handler `name` cannot serve `queue`: another handler serves it.
+fn queue_taken(state: &State, name: &str, queue: &str) -> Option<String> {
+    let (other, _) = state
+        .running
+        .iter()
+        .find(|(n, r)| n.as_str() != name && r.queue == queue)?;
+    Some(format!(
+        "queue {queue:?} is already served by {other}.wasm; bind this handler to another queue in its sidecar"
+    ))
+}
+
 /// Load one handler file and its sidecar. The error is one line, naming the
 /// file at fault.
 pub fn load_file(
@@ -385,12 +402,7 @@ pub fn load_file(
     max_message_size: u64,
 ) -> Result<Handler, String> {
     let sidecar = path.with_extension("toml");
-    let spec = if sidecar.exists() {
-        HandlerSpec::load(name, &sidecar)
-    } else {
-        HandlerSpec::defaults(name)
-    }
-    .map_err(|e| format!("{e:#}"))?;
+    let spec = load_spec(name, &sidecar).map_err(|e| format!("{e:#}"))?;
     if spec.memory > MAX_HANDLER_MEMORY {
         return Err(format!(
             "{}: `limits.memory` is {}, over the host's limit of {}",

@@ -271,7 +271,29 @@ fn subscribers_are_bound_before_any_handler_serves(env: Env) {
     assert_eq!(stats["zz_audit"]["done"], 1);
 }
 
+/// A handler refused because another serves its queue binds nothing: its
+/// subscriptions would send that other handler messages it never asked for.
+fn a_handler_refused_for_its_queue_binds_no_topics(env: Env) {
+    env.deploy("hello", "a_desk", Some("queue = \"desk\"\n"));
+    env.deploy(
+        "hello",
+        "b_desk",
+        Some("queue = \"desk\"\n[[subscribe]]\ntopic = \"refunds\"\n"),
+    );
+    let log = env.run_until_idle();
+    assert!(
+        log.contains("queue \"desk\" is already served by a_desk.wasm"),
+        "{log}"
+    );
+    let all = topics(&env);
+    assert!(
+        all.iter().all(|t| t["topic"] != "refunds"),
+        "b_desk's subscription was bound: {all:?}"
+    );
+}
+
 on_every_broker!(
+    a_handler_refused_for_its_queue_binds_no_topics,
     subscribers_are_bound_before_any_handler_serves,
     fan_out_to_two_handlers_with_independent_failure,
     unmatched_publishes_are_refused_or_caught,
