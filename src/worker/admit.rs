@@ -11,7 +11,8 @@ use crate::broker::{Broker, ClaimState, KeyClaim, Settlement};
 use crate::config::HandlerSpec;
 use crate::policy::{self, Decision};
 
-/// How long a delivery whose key is busy elsewhere waits before it is tried again.
+/// How long a delivery whose key is busy elsewhere, or could not be taken,
+/// waits before it is tried again.
 const BUSY_KEY_DELAY: Duration = Duration::from_millis(500);
 
 /// Admit each leased batch in turn and queue what may run for the callers.
@@ -65,9 +66,13 @@ async fn admit(
     let states = match broker.claim(&spec.queue, &claims, spec.lease).await {
         Ok(states) => states,
         Err(e) => {
-            // Without keys nothing may run; the leases expire and the
-            // messages come back.
-            tracing::error!(queue = %spec.queue, error = %e, "could not take idempotency keys");
+            // Without keys nothing may run: the batch goes back, without
+            // spending an attempt, through the settler, which counts it out
+            // of in flight once the broker takes the settlement.
+            tracing::error!(queue = %spec.queue, error = %e, "could not take idempotency keys; the batch goes back to the queue");
+            for (delivery, _, permit) in runnable {
+                let _ = settle_tx.send((defer(delivery), permit));
+            }
             return Vec::new();
         }
     };
@@ -86,13 +91,17 @@ async fn admit(
                 let _ = settle_tx.send((Settlement::Duplicate { delivery }, permit));
             }
             Some(ClaimState::Busy) | None => {
-                let settlement = Settlement::Defer {
-                    delivery,
-                    delay: BUSY_KEY_DELAY,
-                };
-                let _ = settle_tx.send((settlement, permit));
+                let _ = settle_tx.send((defer(delivery), permit));
             }
         }
     }
     admitted
+}
+
+/// Hand `delivery` back for a later try that spends no attempt.
+fn defer(delivery: crate::message::Delivery) -> Settlement {
+    Settlement::Defer {
+        delivery,
+        delay: BUSY_KEY_DELAY,
+    }
 }

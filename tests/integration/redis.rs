@@ -269,3 +269,52 @@ fn held_publishes_of_a_queue_no_host_serves_are_relayed() {
     assert_eq!(shipped[0].id, "0123456789abcdef0123456789abcdef");
     assert_eq!(env.count("gone", "in_flight"), 0);
 }
+
+#[test]
+fn a_failed_key_claim_hands_the_batch_back() {
+    let env = Env::redis();
+    // A lease far longer than the test: only a batch handed back, not one
+    // left to its lease, is handled in time.
+    env.deploy("hello", "hello", Some("lease = \"10m\"\n"));
+    for i in 0..3 {
+        env.send("hello", &format!("m{i}"), &[]);
+    }
+    let client = redis::Client::open(env.broker_url()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let acl = |rule: &str, conn: &mut redis::Connection| {
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg(rule)
+            .query::<()>(conn)
+            .unwrap();
+    };
+    // The host's key claims (SET NX GET) are refused; its reads are not.
+    acl("-set", &mut conn);
+    let log = env.dir.path().join("run.log");
+    let handlers = env.handlers.to_str().unwrap().to_string();
+    let mut cmd = env.command(&["run", "--handlers", &handlers, "--until-idle"]);
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let mut host = cmd.spawn().unwrap();
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_until(Duration::from_secs(20), "a failed key claim", || {
+        read_log().contains("could not take idempotency keys")
+    });
+    acl("+set", &mut conn);
+    // Every message is done, and nothing is left counted as in flight, so
+    // --until-idle ends.
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = host.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            host.kill().unwrap();
+            panic!("run --until-idle did not end:\n{}", read_log());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{}", read_log());
+    assert_eq!(env.count("hello", "done"), 3, "{}", read_log());
+}
