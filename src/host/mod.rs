@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -32,8 +32,6 @@ pub struct HandlerContext {
     pub version: String,
     pub config: BTreeMap<String, String>,
     pub max_message_size: u64,
-    /// `limits.timeout`: how long one call of `handle` may take.
-    pub timeout: Duration,
     /// What the sidecar grants.
     pub capabilities: Capabilities,
     /// Where the key-value store lives; set only when `capabilities.kv`

@@ -9,7 +9,6 @@ use super::{HostState, MAX_HELD_PUBLISHES};
 use crate::client::PublishError;
 use crate::message::NewMessage;
 use crate::runtime::bindings::sluice::handler::publish::{Host, PublishOptions};
-use crate::runtime::limits::TimedOut;
 use crate::topic::fan_out;
 
 impl HostState {
@@ -35,35 +34,32 @@ impl Host for HostState {
         route: String,
         payload: Vec<u8>,
         options: PublishOptions,
-    ) -> wasmtime::Result<Result<u32, String>> {
-        let Some(store) = self.handler.topics.clone() else {
-            return Ok(Err(format!(
+    ) -> Result<u32, String> {
+        let Some(store) = self.handler.topics.as_deref() else {
+            return Err(format!(
                 "handler {} cannot publish to topics: this host was started without a broker",
                 self.handler.name
-            )));
+            ));
         };
-        let message = NewMessage {
-            queue: String::new(),
-            payload,
-            headers: options.headers,
-            key: options.key,
-            delay: Duration::from_millis(options.delay_ms.unwrap_or(0)),
-        };
-        // Waiting on the broker runs no wasm, so the epoch deadline cannot
-        // end a slow call: bound it by the call's own deadline.
-        let deadline = tokio::time::Instant::from_std(self.deadline);
-        let routed = tokio::time::timeout_at(deadline, fan_out(&*store, &topic, &route, message));
-        let copies = match routed.await {
-            Err(_) => return Err(wasmtime::Error::new(TimedOut(self.handler.timeout))),
-            Ok(Err(PublishError::Refused(why))) => return Ok(Err(why)),
-            Ok(Err(PublishError::Broker(e))) => {
+        // A broker slow to answer is bounded by the timer around the whole
+        // `handle` call (see `Handler::call`).
+        let routed = fan_out(
+            store,
+            &topic,
+            &route,
+            message(String::new(), payload, options),
+        )
+        .await;
+        let copies = match routed {
+            Ok(copies) => copies,
+            Err(PublishError::Refused(why)) => return Err(why),
+            Err(PublishError::Broker(e)) => {
                 tracing::warn!(target: "sluice::guest", handler = %self.handler.name, topic, "topic publish failed: {e}");
-                return Ok(Err(format!("publish to topic {topic:?} failed: {e}")));
+                return Err(format!("publish to topic {topic:?} failed: {e}"));
             }
-            Ok(Ok(copies)) => copies,
         };
         let n = copies.len() as u32;
-        Ok(self.hold(copies).map(|()| n))
+        self.hold(copies).map(|()| n)
     }
 
     fn publish(
@@ -72,13 +68,17 @@ impl Host for HostState {
         payload: Vec<u8>,
         options: PublishOptions,
     ) -> Result<(), String> {
-        let message = NewMessage {
-            queue,
-            payload,
-            headers: options.headers,
-            key: options.key,
-            delay: Duration::from_millis(options.delay_ms.unwrap_or(0)),
-        };
-        self.hold(vec![message])
+        self.hold(vec![message(queue, payload, options)])
+    }
+}
+
+/// The message a guest's publish to `queue` makes.
+fn message(queue: String, payload: Vec<u8>, options: PublishOptions) -> NewMessage {
+    NewMessage {
+        queue,
+        payload,
+        headers: options.headers,
+        key: options.key,
+        delay: Duration::from_millis(options.delay_ms.unwrap_or(0)),
     }
 }

@@ -72,7 +72,6 @@ impl Handler {
             version: version.clone(),
             config: spec.config.clone(),
             max_message_size,
-            timeout: spec.timeout,
             capabilities: spec.capabilities.clone(),
             kv: None,
             topics: None,

@@ -23,12 +23,12 @@ pub mod bindings {
         // tokio and time the call out.
         exports: { default: async },
         // The key-value calls and topic publishes wait on the broker: async,
-        // so the fiber yields to tokio meanwhile, and trappable, so a call
-        // that outlives the handler's timeout can end the attempt as a
-        // timeout. The other imports are quick, plain calls.
+        // so the fiber yields to tokio meanwhile (and the timer around the
+        // call can end one that outlives the handler's timeout). The other
+        // imports are quick, plain calls.
         imports: {
-            "sluice:handler/kv": async | trappable,
-            "sluice:handler/publish.publish-to-topic": async | trappable,
+            "sluice:handler/kv": async,
+            "sluice:handler/publish.publish-to-topic": async,
         },
     });
 }
