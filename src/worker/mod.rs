@@ -1,8 +1,8 @@
 //! The dispatch loop of one queue. Four stages, each its own task, joined
 //! by channels so that a networked broker's round trips overlap:
 //!
-//! 1. the reader leases batches ([`QueueWorker::serve`]), as many messages as
-//!    the prefetch allows;
+//! 1. the reader leases batches (`read_loop`), as many messages as the
+//!    prefetch allows;
 //! 2. the admitter ([`admit`]) turns away what must not run (over the attempt
 //!    limit, key done or busy) and takes the idempotency keys of the rest;
 //! 3. `concurrency` callers ([`call`]) run the handler;
@@ -95,6 +95,7 @@ impl QueueWorker {
         let (settle_tx, settle_rx) = mpsc::unbounded_channel::<Settled>();
         let settler = tokio::spawn(settle::settle_loop(
             self.broker.clone(),
+            spec.queue.clone(),
             settle_rx,
             self.stats.clone(),
         ));
@@ -157,14 +158,19 @@ impl QueueWorker {
         let spec = &*self.spec;
         let mut idle = Duration::from_millis(1);
         let mut broker_backoff = Duration::from_millis(50);
-        let (floor, cap) = batch_bounds(spec.prefetch);
+        let floor = batch_floor(spec.prefetch);
         loop {
             let mut permits = tokio::select! {
                 p = leases.clone().acquire_many_owned(floor) => p.expect("semaphore never closes"),
                 _ = stop.wait_for(|s| *s) => return,
             };
-            while permits.num_permits() < cap
-                && let Ok(more) = leases.clone().try_acquire_owned()
+            // What else the prefetch allows now, in one go: only this loop
+            // takes permits, so what is available stays available.
+            let more = leases
+                .available_permits()
+                .min(MAX_BATCH.saturating_sub(permits.num_permits()));
+            if more > 0
+                && let Ok(more) = leases.clone().try_acquire_many_owned(more as u32)
             {
                 permits.merge(more);
             }
@@ -205,16 +211,18 @@ impl QueueWorker {
     }
 }
 
-/// How many deliveries one receive asks for: at least `floor`, so that a
-/// busy queue costs one broker call per batch rather than per message, and
-/// at most `cap`. The floor is an eighth of the prefetch, so that several
+/// How many deliveries one receive asks for at least, so that a busy queue
+/// costs one broker call per batch rather than per message (and at most
+/// [`MAX_BATCH`]). The floor is an eighth of the prefetch, so that several
 /// batches are in flight at once, each at another stage (being read, having
 /// its keys taken, being handled, being settled): with one or two, every
 /// stage waits for the others' round trips.
-fn batch_bounds(prefetch: usize) -> (u32, usize) {
-    let floor = (prefetch / 8).clamp(1, 256);
-    (floor as u32, floor.max(512))
+fn batch_floor(prefetch: usize) -> u32 {
+    (prefetch / 8).clamp(1, 256) as u32
 }
+
+/// Most deliveries one receive asks for.
+const MAX_BATCH: usize = 512;
 
 /// Sleep for `d`; true if `stop` turned true meanwhile.
 async fn sleep_or_stop(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {

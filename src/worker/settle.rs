@@ -15,6 +15,7 @@ const MAX_SETTLE_BATCH: usize = 1024;
 
 pub(super) async fn settle_loop(
     broker: Arc<dyn Broker>,
+    queue: String,
     mut rx: mpsc::UnboundedReceiver<Settled>,
     stats: Arc<WorkerStats>,
 ) {
@@ -36,7 +37,7 @@ pub(super) async fn settle_loop(
         // Until a settlement is written its message stays leased, so keep
         // trying: giving up would only mean handling it again later.
         while let Err(e) = broker.settle(&batch).await {
-            tracing::error!(error = %e, count = batch.len(), "settling failed; retrying in {backoff:?}");
+            tracing::error!(queue = %queue, error = %e, count = batch.len(), "settling failed; retrying in {backoff:?}");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(5));
         }

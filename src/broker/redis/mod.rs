@@ -22,8 +22,8 @@ use redis::Value;
 use tokio::sync::{Mutex, Notify};
 
 use super::{
-    Broker, ClaimState, DeadLetter, HandlerStatus, KeyClaim, QueueStats, ReplaySelector, Result,
-    Settlement,
+    Broker, BrokerError, ClaimState, DeadLetter, HandlerStatus, KeyClaim, QueueStats,
+    ReplaySelector, Result, Settlement,
 };
 use crate::message::{Delivery, NewMessage, hostname, new_id};
 
@@ -408,19 +408,22 @@ impl Broker for RedisBroker {
     }
 
     async fn flush(&self) -> Result<()> {
-        let queues: Vec<String> = self
-            .served
-            .lock()
-            .expect("served lock")
-            .iter()
-            .cloned()
-            .collect();
+        let queues = self.served.lock().expect("served lock").clone();
+        // Every queue is tried, whichever fails; the error names them.
+        let mut failed = Vec::new();
         for q in queues {
-            relay::relay_queue(self.conn.clone(), &q)
-                .await
-                .map_err(classify)?;
+            if let Err(e) = relay::relay_queue(self.conn.clone(), &q).await {
+                failed.push(format!("queue {q:?}: {e}"));
+            }
         }
-        Ok(())
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(BrokerError::Unavailable(format!(
+                "relaying the outbox of {}",
+                failed.join("; ")
+            )))
+        }
     }
 
     async fn handler_statuses(&self) -> Result<Vec<HandlerStatus>> {
