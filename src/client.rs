@@ -84,7 +84,7 @@ impl PublishOptions {
 
 /// One copy of a topic publish: the queue it went to and its message id.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Copy {
+pub struct TopicCopy {
     pub queue: String,
     pub id: String,
 }
@@ -156,7 +156,7 @@ impl Client {
         topic: &str,
         route: &str,
         payload: &[u8],
-    ) -> Result<Vec<Copy>, PublishError> {
+    ) -> Result<Vec<TopicCopy>, PublishError> {
         self.publish_to_topic_with(topic, route, payload, PublishOptions::default())
             .await
     }
@@ -167,7 +167,7 @@ impl Client {
         route: &str,
         payload: &[u8],
         options: PublishOptions,
-    ) -> Result<Vec<Copy>, PublishError> {
+    ) -> Result<Vec<TopicCopy>, PublishError> {
         let copies =
             topic::fan_out(&*self.broker, topic, route, options.message("", payload)).await?;
         let queues: Vec<String> = copies.iter().map(|c| c.queue.clone()).collect();
@@ -175,7 +175,7 @@ impl Client {
         Ok(queues
             .into_iter()
             .zip(ids)
-            .map(|(queue, id)| Copy { queue, id })
+            .map(|(queue, id)| TopicCopy { queue, id })
             .collect())
     }
 

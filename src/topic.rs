@@ -91,9 +91,17 @@ pub fn validate_pattern(pattern: &str) -> Result<(), String> {
     }
 }
 
-/// Whether `route` matches `pattern` (both valid). Runs in time linear in
-/// their lengths times the number of `#`s: it keeps the set of pattern
-/// positions reachable after each word of the route.
+/// The pattern a binding gets from an optional `route`: the route (checked),
+/// or `#`, every publish.
+pub fn pattern_or_every(route: Option<String>) -> Result<String, String> {
+    let pattern = route.unwrap_or_else(|| "#".to_string());
+    validate_pattern(&pattern)?;
+    Ok(pattern)
+}
+
+/// Whether `route` matches `pattern` (both valid). Runs in time of the
+/// route's words times the pattern's: it keeps the set of pattern positions
+/// reachable after each word of the route.
 pub fn matches(pattern: &str, route: &str) -> bool {
     let pat: Vec<&str> = pattern.split('.').collect();
     // reach[i]: pattern words 0..i can match the route words read so far.
@@ -143,7 +151,7 @@ pub struct Routed {
 }
 
 /// The queues a publish with `route` goes to, given the topic's bindings.
-pub fn route(bindings: &[Binding], route: &str) -> Routed {
+pub fn queues_for(bindings: &[Binding], route: &str) -> Routed {
     fn add(queues: &mut Vec<String>, q: &str) {
         if !queues.iter().any(|have| have == q) {
             queues.push(q.to_string());
@@ -191,7 +199,7 @@ pub async fn fan_out(
 ) -> Result<Vec<NewMessage>, PublishError> {
     validate_topic_name(topic).map_err(PublishError::Refused)?;
     validate_route(route).map_err(PublishError::Refused)?;
-    let routed = self::route(&store.bindings(topic).await?, route);
+    let routed = queues_for(&store.bindings(topic).await?, route);
     if routed.unmatched {
         store.count_unmatched(topic, 1).await?;
         if routed.queues.is_empty() {
@@ -287,20 +295,20 @@ mod tests {
             binding("rest", None),
         ];
         assert_eq!(
-            route(&b, "orders.eu.created"),
+            queues_for(&b, "orders.eu.created"),
             Routed {
                 queues: vec!["all".into(), "eu".into()],
                 unmatched: false
             }
         );
         assert_eq!(
-            route(&b, "refunds.x"),
+            queues_for(&b, "refunds.x"),
             Routed {
                 queues: vec!["rest".into()],
                 unmatched: true
             }
         );
-        let none = route(&b[..2], "refunds.x");
+        let none = queues_for(&b[..2], "refunds.x");
         assert!(none.unmatched && none.queues.is_empty());
     }
 

@@ -41,7 +41,7 @@ pub fn check(ctx: &Context, args: CheckArgs) -> Result<()> {
     }
     if !report.refused.is_empty() {
         println!(
-            "  {} import(s) link but are refused: the sandbox grants only what the sidecar's [capabilities] list",
+            "  {} import(s) link but their use is refused, for the reasons above; only the key-value store and outgoing HTTP can be granted, under [capabilities] in the handler's sidecar",
             report.refused.len()
         );
     }

@@ -88,9 +88,8 @@ pub async fn dlq(ctx: &Context, args: DlqArgs) -> Result<()> {
             older_than,
             limit,
         } => {
-            let narrowed = older_than.is_some() || limit.is_some();
             let selector = replay_selector(ids, older_than, limit, now_ms())?;
-            replay(ctx, &*broker, &queue, &selector, narrowed).await?;
+            replay(ctx, &*broker, &queue, &selector).await?;
         }
         DlqAction::Purge { queue } => {
             let n = broker.purge(&queue).await?;
@@ -106,12 +105,11 @@ async fn replay(
     broker: &dyn Broker,
     queue: &str,
     selector: &ReplaySelector,
-    narrowed: bool,
 ) -> Result<()> {
     let wanted = selector.ids.len() as u64;
     let n = broker.replay(queue, selector).await?;
     if wanted > 0 && n < wanted {
-        let why = if narrowed {
+        let why = if selector.died_before_ms.is_some() || selector.limit.is_some() {
             "were not found, or were left out by --older-than or --limit"
         } else {
             "were not found"
@@ -147,13 +145,13 @@ fn replay_selector(
         },
         None => None,
     };
+    // A replay by hand is not one of the scheduled redrives: it takes dead
+    // letters whatever their redrives, and does not count one.
     Ok(ReplaySelector {
         ids,
         died_before_ms,
         limit,
-        // A replay by hand is not one of the scheduled redrives.
-        max_redrives: None,
-        redrive: false,
+        ..ReplaySelector::default()
     })
 }
 

@@ -38,12 +38,13 @@ pub struct SendArgs {
 }
 
 pub async fn send(ctx: &Context, args: SendArgs) -> Result<()> {
+    // The queue, or None for a topic publish.
     let (queue, payload) = match (&args.topic, args.values.as_slice()) {
-        (None, [queue, payload]) => (queue.clone(), payload),
+        (None, [queue, payload]) => (Some(queue.as_str()), payload),
         (None, [_]) => bail!(
             "give a queue and a payload: sluice send QUEUE PAYLOAD (or --topic T --route KEY PAYLOAD)"
         ),
-        (Some(_), [payload]) => (String::new(), payload),
+        (Some(_), [payload]) => (None, payload),
         (Some(topic), _) => bail!(
             "with --topic {topic} give only the payload: the topic's bindings choose the queues"
         ),
@@ -65,11 +66,14 @@ pub async fn send(ctx: &Context, args: SendArgs) -> Result<()> {
     };
     let client = Client::from_broker(ctx.broker().await?)
         .with_max_message_size(ctx.config.max_message_size());
-    if let (Some(topic), Some(route)) = (&args.topic, &args.route) {
+    let Some(queue) = queue else {
+        let (Some(topic), Some(route)) = (&args.topic, &args.route) else {
+            unreachable!("clap requires --route with --topic")
+        };
         return send_to_topic(ctx, &client, topic, route, &payload, options).await;
-    }
+    };
     let id = client
-        .publish_with(&queue, &payload, options)
+        .publish_with(queue, &payload, options)
         .await
         .map_err(|e| {
             refused_or(e, || {

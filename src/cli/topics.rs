@@ -5,7 +5,7 @@ use clap::{Args, Subcommand};
 
 use super::{Context, print_json};
 use crate::message::validate_queue_name;
-use crate::topic::{Binding, CLI_ORIGIN, validate_pattern, validate_topic_name};
+use crate::topic::{Binding, CLI_ORIGIN, pattern_or_every, validate_topic_name};
 
 #[derive(Debug, Args)]
 pub struct TopicsArgs {
@@ -53,8 +53,7 @@ impl Which {
         if self.unmatched {
             return Ok(None);
         }
-        let pattern = self.route.clone().unwrap_or_else(|| "#".to_string());
-        validate_pattern(&pattern).map_err(anyhow::Error::msg)?;
+        let pattern = pattern_or_every(self.route.clone()).map_err(anyhow::Error::msg)?;
         Ok(Some(pattern))
     }
 }

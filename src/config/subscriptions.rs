@@ -5,7 +5,7 @@
 use anyhow::{Result, bail};
 use serde::Deserialize;
 
-use crate::topic::{validate_pattern, validate_topic_name};
+use crate::topic::{pattern_or_every, validate_topic_name};
 
 /// One `[[subscribe]]` table, as written.
 #[derive(Debug, Deserialize)]
@@ -29,18 +29,17 @@ pub struct Subscription {
 pub(super) fn resolve(raw: Vec<RawSubscription>) -> Result<Vec<Subscription>> {
     let mut out: Vec<Subscription> = Vec::with_capacity(raw.len());
     for (i, s) in raw.into_iter().enumerate() {
-        let at = format!("`subscribe[{i}]`");
-        validate_topic_name(&s.topic).map_err(|e| anyhow::anyhow!("field {at}.topic: {e}"))?;
+        let at = format!("subscribe[{i}]");
+        validate_topic_name(&s.topic).map_err(|e| anyhow::anyhow!("field `{at}.topic`: {e}"))?;
         let pattern = match (s.route, s.unmatched) {
             (Some(_), true) => bail!(
-                "{at} has both `route` and `unmatched = true`: a catch-all takes what no route matches, so give one or the other"
+                "`{at}` (topic {:?}) has both `route` and `unmatched = true`: a catch-all takes what no route matches, so give one or the other",
+                s.topic
             ),
             (None, true) => None,
-            (route, false) => {
-                let route = route.unwrap_or_else(|| "#".to_string());
-                validate_pattern(&route).map_err(|e| anyhow::anyhow!("field {at}.route: {e}"))?;
-                Some(route)
-            }
+            (route, false) => Some(
+                pattern_or_every(route).map_err(|e| anyhow::anyhow!("field `{at}.route`: {e}"))?,
+            ),
         };
         let sub = Subscription {
             topic: s.topic,
@@ -91,20 +90,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("audit.toml") && err.contains("subscribe[0]`.topic"),
+            err.contains("audit.toml") && err.contains("field `subscribe[0].topic`"),
             "{err}"
         );
         let err = parse("[[subscribe]]\ntopic = \"t\"\nroute = \"a.x*\"\n")
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("subscribe[0]`.route") && err.contains("a.x*"),
+            err.contains("field `subscribe[0].route`") && err.contains("a.x*"),
             "{err}"
         );
         let err = parse("[[subscribe]]\ntopic = \"t\"\nroute = \"a\"\nunmatched = true\n")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("one or the other"), "{err}");
+        assert!(
+            err.contains("`subscribe[0]` (topic \"t\")") && err.contains("one or the other"),
+            "{err}"
+        );
         let err = parse("[[subscribe]]\ntopic = \"t\"\nrouting = \"a\"\n")
             .unwrap_err()
             .to_string();
