@@ -63,11 +63,20 @@ fn idem_key(queue: &str, k: &str) -> String {
     format!("sluice:{{{queue}}}:key:{k}")
 }
 
-/// What an idempotency key holds while `message_id` is being handled; once
-/// done it holds `D:` and the id.
+/// What an idempotency key holds while `message_id` is being handled.
 fn lease_value(message_id: &str) -> String {
-    format!("L:{message_id}")
+    format!("{LEASE_PREFIX}{message_id}")
 }
+
+/// What an idempotency key holds once `message_id` is done.
+fn done_value(message_id: &str) -> String {
+    format!("{DONE_PREFIX}{message_id}")
+}
+
+/// The prefixes of [`lease_value`] and [`done_value`]; the scripts spell
+/// them too, as `'L:'` and `'D:'`.
+const LEASE_PREFIX: &str = "L:";
+const DONE_PREFIX: &str = "D:";
 
 /// The keys of one queue, in the order the scripts expect them.
 struct QueueKeys {

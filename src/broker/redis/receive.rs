@@ -11,7 +11,10 @@ use tokio::sync::Mutex;
 
 use super::codec::{self, Entry, int};
 use super::conn::{Conn, classify};
-use super::{BLOCK, GROUP, MAINTAIN_EVERY, QueueKeys, RedisBroker, idem_key, lease_value, scripts};
+use super::{
+    BLOCK, DONE_PREFIX, GROUP, LEASE_PREFIX, MAINTAIN_EVERY, QueueKeys, RedisBroker, idem_key,
+    lease_value, scripts,
+};
 use crate::broker::{ClaimState, KeyClaim, Result};
 use crate::message::{Delivery, now_ms};
 
@@ -199,8 +202,12 @@ impl RedisBroker {
         for (i, (c, held)) in claims.iter().zip(before).enumerate() {
             let state = match held {
                 Value::Nil => ClaimState::Acquired,
-                Value::BulkString(v) if v.starts_with(b"D:") => ClaimState::AlreadyDone,
-                Value::BulkString(v) if v.strip_prefix(b"L:") == Some(c.message_id.as_bytes()) => {
+                Value::BulkString(v) if v.starts_with(DONE_PREFIX.as_bytes()) => {
+                    ClaimState::AlreadyDone
+                }
+                Value::BulkString(v)
+                    if v.strip_prefix(LEASE_PREFIX.as_bytes()) == Some(c.message_id.as_bytes()) =>
+                {
                     own.push(i);
                     ClaimState::Busy
                 }

@@ -5,7 +5,7 @@ use redis::Value;
 
 use super::codec::{self, encode_headers};
 use super::conn::classify;
-use super::{GROUP, QueueKeys, RedisBroker, idem_key, scripts};
+use super::{DONE_PREFIX, GROUP, QueueKeys, RedisBroker, done_value, idem_key, scripts};
 use crate::broker::{Result, Settlement};
 use crate::message::{NewMessage, new_id};
 
@@ -62,7 +62,7 @@ impl RedisBroker {
                 } => {
                     pipe.cmd("SET")
                         .arg(idem_key(queue, k))
-                        .arg(format!("D:{}", d.id))
+                        .arg(done_value(&d.id))
                         .arg("PX")
                         .arg(retention.as_millis() as u64)
                         .arg("GET");
@@ -90,7 +90,7 @@ impl RedisBroker {
         let before: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
         let late = before
             .iter()
-            .filter(|v| matches!(v, Value::BulkString(b) if b.starts_with(b"D:")))
+            .filter(|v| matches!(v, Value::BulkString(b) if b.starts_with(DONE_PREFIX.as_bytes())))
             .count() as i64;
         if late > 0 {
             redis::pipe()
