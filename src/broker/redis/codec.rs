@@ -40,9 +40,7 @@ impl Entry {
     /// `[entry id, [field, value, ...]]`, as XRANGE and XREADGROUP give it.
     /// `None` for an entry that was deleted while pending (no fields).
     pub fn parse(v: Value) -> Option<Entry> {
-        let mut parts = into_array(v).into_iter();
-        let entry = into_string(parts.next()?)?;
-        let fields = into_array(parts.next()?);
+        let (entry, fields) = entry_fields(v)?;
         if fields.is_empty() {
             return None;
         }
@@ -50,11 +48,7 @@ impl Entry {
             entry,
             ..Entry::default()
         };
-        let mut it = fields.into_iter();
-        while let (Some(name), Some(value)) = (it.next(), it.next()) {
-            let Some(value) = into_bytes(value) else {
-                continue;
-            };
+        for (name, value) in pairs(fields) {
             match bulk(&name) {
                 Some(b"i") => e.id = utf8(value),
                 Some(b"p") => e.payload = value,
@@ -150,16 +144,12 @@ pub struct Held {
 
 impl Held {
     pub fn parse(v: Value) -> Option<Held> {
-        let mut parts = into_array(v).into_iter();
+        let (entry, fields) = entry_fields(v)?;
         let mut h = Held {
-            entry: into_string(parts.next()?)?,
+            entry,
             ..Held::default()
         };
-        let mut it = into_array(parts.next()?).into_iter();
-        while let (Some(name), Some(value)) = (it.next(), it.next()) {
-            let Some(value) = into_bytes(value) else {
-                continue;
-            };
+        for (name, value) in pairs(fields) {
             match bulk(&name) {
                 Some(b"q") => h.queue = utf8(value),
                 Some(b"i") => h.id = utf8(value),
@@ -223,6 +213,28 @@ pub fn into_array(v: Value) -> Vec<Value> {
         Value::Array(items) => items,
         _ => Vec::new(),
     }
+}
+
+/// A stream entry, `[entry id, [field, value, ...]]` as XRANGE and
+/// XREADGROUP give it: its id and its fields.
+fn entry_fields(v: Value) -> Option<(String, Vec<Value>)> {
+    let mut parts = into_array(v).into_iter();
+    let entry = into_string(parts.next()?)?;
+    Some((entry, into_array(parts.next()?)))
+}
+
+/// An entry's fields as (name, value) pairs, skipping a value that is not a
+/// string.
+fn pairs(fields: Vec<Value>) -> impl Iterator<Item = (Value, Vec<u8>)> {
+    let mut it = fields.into_iter();
+    std::iter::from_fn(move || {
+        loop {
+            let (name, value) = (it.next()?, it.next()?);
+            if let Some(value) = into_bytes(value) {
+                return Some((name, value));
+            }
+        }
+    })
 }
 
 pub fn into_bytes(v: Value) -> Option<Vec<u8>> {
