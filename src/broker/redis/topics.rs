@@ -4,17 +4,17 @@
 //! The set `sluice:topics` names every topic, for listing.
 //!
 //! Each topic's keys share its hash tag, so each operation on one topic is
-//! one slot on Redis Cluster. Replacing a handler's bindings touches every
-//! topic it was or is bound to, one command each: not atomic across topics,
-//! and it need not be, because a host applies the whole set again each time
-//! it loads the handler.
+//! one slot on Redis Cluster. Replacing a handler's bindings reads the
+//! bindings of every topic in `sluice:topics`, a command each, to find the
+//! handler's stale ones: not atomic across topics, and it need not be,
+//! because a host applies the whole set again each time it loads the
+//! handler, and every 10 s.
 
 use std::collections::BTreeSet;
 
 use async_trait::async_trait;
-use redis::Value;
 
-use super::{RedisBroker, classify, codec};
+use super::{RedisBroker, classify};
 use crate::broker::{Result, TopicStore};
 use crate::topic::{Binding, TopicStats};
 
@@ -72,20 +72,15 @@ impl RedisBroker {
 impl TopicStore for RedisBroker {
     async fn bindings(&self, topic: &str) -> Result<Vec<Binding>> {
         let mut conn = self.conn.clone();
-        let reply: Value = redis::cmd("HGETALL")
+        let fields: Vec<(String, String)> = redis::cmd("HGETALL")
             .arg(bindings_key(topic))
             .query_async(&mut conn)
             .await
             .map_err(classify)?;
-        let mut pairs = codec::into_array(reply).into_iter();
-        let mut out = Vec::new();
-        while let (Some(f), Some(origin)) = (pairs.next(), pairs.next()) {
-            if let (Some(f), Some(origin)) = (codec::into_string(f), codec::into_string(origin))
-                && let Some(b) = parse_field(topic, &f, origin)
-            {
-                out.push(b);
-            }
-        }
+        let mut out: Vec<Binding> = fields
+            .into_iter()
+            .filter_map(|(f, origin)| parse_field(topic, &f, origin))
+            .collect();
         out.sort_by(|a, b| (&a.queue, &a.pattern).cmp(&(&b.queue, &b.pattern)));
         Ok(out)
     }
