@@ -88,7 +88,7 @@ fn load(runtime: &Runtime, name: &str, mode: InstanceMode) -> Handler {
 
 fn load_in(runtime: &Runtime, lang: &str, name: &str, mode: InstanceMode) -> Handler {
     let cache = sluice::cache::CompileCache::new(runtime, None);
-    let mut handler = sluice::registry::load_file(
+    let mut handler = sluice::loader::load_file(
         runtime,
         &cache,
         name,
@@ -589,7 +589,7 @@ async fn bench_reload(rounds: usize) {
     let mut latencies = Vec::new();
     for i in 0..rounds {
         let v = variant(&hello, &i.to_string());
-        let version = sluice::registry::content_hash(&v);
+        let version = sluice::loader::content_hash(&v);
         let tmp = handlers.join("hello.wasm.tmp");
         std::fs::write(&tmp, &v).unwrap();
         let renamed = Instant::now();
@@ -627,7 +627,7 @@ async fn bench_restart(lang: &str, name: &str) {
         let runtime = Runtime::new().unwrap();
         let cache =
             sluice::cache::CompileCache::new(&runtime, Some(cache_dir.path().to_path_buf()));
-        let handler = sluice::registry::load_file(
+        let handler = sluice::loader::load_file(
             &runtime,
             &cache,
             name,

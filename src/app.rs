@@ -1,5 +1,12 @@
 //! `sluice run`: load the handlers, serve their queues, follow changes to
 //! the handlers directory, redrive dead letters on schedule, stop cleanly.
+//!
+//! Besides the workers (started by the [`Registry`]), a running host has
+//! four loops, each a named function here or in its module: [`report_loop`]
+//! (statuses and topic bindings every [`STATUS_EVERY`]), [`follow_loop`]
+//! (the directory watcher), [`wait_idle`] (`--until-idle`) and
+//! [`redrive::run`] (scheduled redrive). The first of them to end, or the
+//! shutdown future, stops the host.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -9,8 +16,11 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::broker::{Broker, HandlerStatus, STATUS_EVERY};
+use crate::bind;
+use crate::broker::{Broker, STATUS_EVERY};
 use crate::cache::CompileCache;
+use crate::error::chain;
+use crate::loader::{self, Loader};
 use crate::redrive::{self, Clock, SystemClock};
 use crate::registry::Registry;
 use crate::reload::{DirWatcher, RESCAN};
@@ -50,81 +60,102 @@ pub async fn run_with_clock(
 ) -> Result<()> {
     let runtime = Runtime::new()?;
     let cache = CompileCache::new(&runtime, options.cache_dir.clone());
+    let loader = Loader::new(runtime, cache, options.max_message_size);
     let registry = Arc::new(Registry::new(
-        runtime,
+        loader,
         broker.clone(),
-        cache,
         options.handlers.clone(),
-        options.max_message_size,
     ));
     // Watch before the first scan, so nothing that changes in between is missed.
-    let mut watcher = if options.watch {
+    let watcher = if options.watch {
         Some(DirWatcher::start(&options.handlers)?)
     } else {
         None
     };
-    let names = registry.scan()?;
-    registry.bind_sidecars(&names).await;
+    start(&*broker, &registry).await?;
+    let host = host_id();
+    report(&*broker, &registry, &host).await;
+    tokio::select! {
+        _ = shutdown => tracing::info!("stopping: finishing messages in flight (up to {:?})", options.grace),
+        r = wait_idle(&*broker, &registry, options.until_idle) => {
+            r?;
+            tracing::info!("all bound queues are idle; exiting");
+        }
+        _ = follow_loop(watcher, &*broker, &registry, &host) => {}
+        _ = report_loop(&*broker, &registry, &host) => {}
+        _ = redrive::run(broker.clone(), registry.clone(), clock) => {}
+    }
+    stop(&*broker, &registry, &host, options.grace).await;
+    Ok(())
+}
+
+/// Bind every sidecar's topics, then load every handler in the directory.
+async fn start(broker: &dyn Broker, registry: &Registry) -> Result<()> {
+    let names = loader::scan(registry.dir())?;
+    bind::bind_sidecars(broker, registry.dir(), &names).await;
     for name in &names {
         registry.apply(name).await;
     }
     if registry.workers().await.is_empty() {
         tracing::warn!(
-            dir = %options.handlers.display(),
+            dir = %registry.dir().display(),
             "no handlers loaded; messages wait in their queues until a handler for them is deployed"
         );
     }
-    let host = host_id();
-    report(&*broker, &registry, &host).await;
-    // Bindings lost with a broker's data, or not written while it was away,
-    // come back; the status report stays fresh.
-    let periodic = async {
-        loop {
-            tokio::time::sleep(STATUS_EVERY).await;
-            registry.sync_bindings().await;
-            report(&*broker, &registry, &host).await;
-        }
-    };
-    let follow = async {
-        let Some(watcher) = watcher.as_mut() else {
-            return std::future::pending().await;
-        };
-        loop {
-            let mut names = watcher.changed().await;
-            if names.iter().any(|n| n == RESCAN) {
-                names = registry.scan().unwrap_or_default();
-                names.extend(registry.statuses().await.into_iter().map(|s| s.handler));
-                names.sort();
-                names.dedup();
-            }
-            for name in names {
-                registry.apply(&name).await;
-            }
-            report(&*broker, &registry, &host).await;
-        }
-    };
-    let idle = wait_idle(broker.clone(), registry.clone(), options.until_idle);
-    let redrive = redrive::run(broker.clone(), registry.clone(), clock);
-    tokio::select! {
-        _ = shutdown => tracing::info!("stopping: finishing messages in flight (up to {:?})", options.grace),
-        r = idle => {
-            r?;
-            tracing::info!("all bound queues are idle; exiting");
-        }
-        _ = follow => {}
-        _ = periodic => {}
-        _ = redrive => {}
-    }
-    registry.stop_all(options.grace).await;
+    Ok(())
+}
+
+/// Stop the workers, pass on the last held publishes and withdraw this
+/// host's status report.
+async fn stop(broker: &dyn Broker, registry: &Registry, host: &str, grace: Duration) {
+    registry.stop_all(grace).await;
     // Publishes committed with the last acks may still wait in an outbox;
     // left there, they would wait for the relay of another running host.
     if let Err(e) = broker.flush().await {
-        tracing::warn!(error = %e, "could not pass on the last held publishes; the relay of any running host, or the next to start, will");
+        tracing::warn!(error = %chain(&e), "could not pass on the last held publishes; the relay of any running host, or the next to start, will");
     }
-    if let Err(e) = broker.put_handler_statuses(&host, Vec::new()).await {
-        tracing::debug!(error = %e, "could not clear this host's handler status");
+    if let Err(e) = broker.put_handler_statuses(host, Vec::new()).await {
+        tracing::debug!(error = %chain(&e), "could not clear this host's handler status");
     }
-    Ok(())
+}
+
+/// Every [`STATUS_EVERY`]: bind the serving handlers' topics again (so that
+/// bindings lost with a broker's data, or not written while it was away,
+/// come back) and report the handlers' statuses. Never ends.
+async fn report_loop(broker: &dyn Broker, registry: &Registry, host: &str) {
+    loop {
+        tokio::time::sleep(STATUS_EVERY).await;
+        bind::bind_all(broker, &registry.serving().await).await;
+        report(broker, registry, host).await;
+    }
+}
+
+/// Apply each change the watcher reports, then report the statuses. Never
+/// ends; without a watcher it waits forever.
+async fn follow_loop(
+    watcher: Option<DirWatcher>,
+    broker: &dyn Broker,
+    registry: &Registry,
+    host: &str,
+) {
+    let Some(mut watcher) = watcher else {
+        return std::future::pending().await;
+    };
+    loop {
+        let mut names = watcher.changed().await;
+        if names.iter().any(|n| n == RESCAN) {
+            // Whatever is in the directory now, and whatever was loaded or
+            // refused before (it may be gone).
+            names = loader::scan(registry.dir()).unwrap_or_default();
+            names.extend(registry.names().await);
+            names.sort();
+            names.dedup();
+        }
+        for name in names {
+            registry.apply(&name).await;
+        }
+        report(broker, registry, host).await;
+    }
 }
 
 /// This process, as `stats` names it: host name and process id.
@@ -134,29 +165,15 @@ fn host_id() -> String {
 
 /// Tell the broker what this host serves and refused, for `sluice stats`.
 async fn report(broker: &dyn Broker, registry: &Registry, host: &str) {
-    let now = crate::message::now_ms();
-    let statuses = registry
-        .statuses()
-        .await
-        .into_iter()
-        .map(|s| HandlerStatus {
-            host: host.to_string(),
-            handler: s.handler,
-            queue: s.queue,
-            version: s.version,
-            refusals: s.refusals,
-            last_refusal: s.last_refusal,
-            updated_at_ms: now,
-        })
-        .collect();
+    let statuses = registry.statuses(host, crate::message::now_ms()).await;
     if let Err(e) = broker.put_handler_statuses(host, statuses).await {
-        tracing::warn!(error = %e, "could not report handler status to the broker");
+        tracing::warn!(error = %chain(&e), "could not report handler status to the broker");
     }
 }
 
 /// Resolves when every served queue is idle twice in a row; never, unless
 /// `enabled`.
-async fn wait_idle(broker: Arc<dyn Broker>, registry: Arc<Registry>, enabled: bool) -> Result<()> {
+async fn wait_idle(broker: &dyn Broker, registry: &Registry, enabled: bool) -> Result<()> {
     if !enabled {
         return std::future::pending().await;
     }

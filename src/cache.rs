@@ -31,6 +31,8 @@ pub enum Source {
     Rebuilt(String),
 }
 
+/// Compiled components by content hash: in memory for this process, and on
+/// disk when a directory is given.
 pub struct CompileCache {
     dir: Option<PathBuf>,
     /// Identifies the engine's configuration and wasmtime's version.

@@ -3,13 +3,15 @@
 
 use wasmtime::component::Component;
 
+use crate::error::one_line;
 use crate::host::HostState;
 use crate::runtime::Runtime;
-use crate::runtime::bindings::HandlerPre;
+use crate::wit::HandlerPre;
 
 /// The world a handler must implement.
 pub const WORLD: &str = "sluice:handler/handler@0.1.0";
 
+/// Why a file is not a component sluice can serve. The text says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
     #[error("the file is empty")]
@@ -42,6 +44,7 @@ pub struct Report {
     pub refused: Vec<Refused>,
 }
 
+/// An import that links, but whose use the host refuses unless granted.
 #[derive(Debug, serde::Serialize)]
 pub struct Refused {
     pub import: String,
@@ -136,14 +139,4 @@ pub fn check(runtime: &Runtime, bytes: &[u8]) -> Result<Report, CheckError> {
             .collect(),
         refused,
     })
-}
-
-/// An error chain on one line: "outer: inner: root".
-pub fn one_line(err: &dyn std::fmt::Display) -> String {
-    let text = format!("{err:#}");
-    text.split('\n')
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
 }

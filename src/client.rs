@@ -26,24 +26,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::broker::{Broker, BrokerError};
+use crate::broker::Broker;
 use crate::message::{DEFAULT_MAX_MESSAGE_SIZE, NewMessage};
-use crate::topic;
-
-/// Why a publish was not made. Nothing was enqueued when this is returned,
-/// except where a topic publish's copies went to queues on several Redis
-/// Cluster slots and the broker failed part way (then retry with the same
-/// idempotency key).
-#[derive(Debug, thiserror::Error)]
-pub enum PublishError {
-    /// Bad input: a queue, topic or routing key name, a message over the size
-    /// limit, or a topic publish that no bound queue takes.
-    #[error("{0}")]
-    Refused(String),
-    /// The broker could not be reached or failed.
-    #[error(transparent)]
-    Broker(#[from] BrokerError),
-}
+pub use crate::publish::PublishError;
+use crate::publish::fan_out;
 
 /// Optional settings of one publish.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -168,8 +154,7 @@ impl Client {
         payload: &[u8],
         options: PublishOptions,
     ) -> Result<Vec<TopicCopy>, PublishError> {
-        let copies =
-            topic::fan_out(&*self.broker, topic, route, options.message("", payload)).await?;
+        let copies = fan_out(&*self.broker, topic, route, options.message("", payload)).await?;
         let queues: Vec<String> = copies.iter().map(|c| c.queue.clone()).collect();
         let ids = self.publish_all(copies).await?;
         Ok(queues

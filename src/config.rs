@@ -41,6 +41,7 @@ pub struct HostConfig {
     pub cache_dir: Option<PathBuf>,
 }
 
+/// How log lines are written: `text` for people, `json` for collectors.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -157,6 +158,7 @@ pub enum KeySource {
     Pointer(String),
 }
 
+/// How a handler takes idempotency keys (`[idempotency]` in its sidecar).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Idempotency {
     pub enabled: bool,

@@ -3,41 +3,58 @@
 //! `done`, `retry` or `reject`. The host owns delivery, idempotency, retries,
 //! dead letters and limits.
 //!
-//! The parts:
+//! The parts, each depending only on those listed before it (no module
+//! imports one that imports it back; the `layout` test checks this):
 //!
+//! * [`units`], [`error`] — sizes and durations as people write them, and
+//!   error chains on one line.
 //! * [`message`] — the envelope: what is published and what is delivered.
-//! * [`broker`] — the `Broker` trait and its backends (`sqlite`, `redis`).
 //! * [`policy`] — pure retry and dead-letter decisions.
 //! * [`topic`] — routing keys, patterns and which queues a topic publish reaches.
 //! * [`config`] — `sluice.toml` and handler sidecars.
-//! * [`runtime`] — the wasmtime engine, limits and the one `bindgen!`.
-//! * [`host`] — the host side of each imported WIT interface.
+//! * [`broker`] — the broker's roles (queue, dead letters, presence,
+//!   key-value, topics) and its backends (`sqlite`, `redis`), one file per
+//!   role in each.
+//! * [`publish`] — publish errors and a topic publish's fan-out, shared by
+//!   the client and the handlers' `publish-to-topic`.
+//! * [`client`] — publishing from Rust applications ([`Client`]).
+//! * [`wit`] — the one `bindgen!`: the types of the WIT package in `wit/`.
+//! * [`host`] — a handler's store, and the host side of each imported
+//!   WIT interface.
+//! * [`runtime`] — the wasmtime engine, the epoch deadline and one loaded
+//!   handler version ([`runtime::Handler`]).
 //! * [`check`] — validating a component against the `handler` world.
 //! * [`cache`] — compiled components by content hash, in memory and on disk.
-//! * [`registry`] — the live set of handlers: load, swap, unload.
+//! * [`loader`] — a handler file and its sidecar, read, compiled and checked.
+//! * [`bind`] — the broker's topic bindings kept as the sidecars declare.
+//! * [`worker`] — the dispatch loop of one queue.
+//! * [`registry`] — the live set of handlers: swap, unload, refusals.
 //! * [`reload`] — watching the handlers directory for complete changes.
 //! * [`redrive`] — putting dead letters back on their queue on a schedule.
-//! * [`worker`] — the dispatch loop of one queue.
-//! * [`client`] — publishing from Rust applications ([`Client`]).
-//! * [`app`] — `run`: the registry, the watcher, shutdown, `--until-idle`.
+//! * [`app`] — `run`: the registry, the watcher, the host's loops, shutdown.
 //! * [`cli`] — the `sluice` command line.
 
 pub mod app;
+pub mod bind;
 pub mod broker;
 pub mod cache;
 pub mod check;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod error;
 pub mod host;
+pub mod loader;
 pub mod message;
 pub mod policy;
+pub mod publish;
 pub mod redrive;
 pub mod registry;
 pub mod reload;
 pub mod runtime;
 pub mod topic;
 pub mod units;
+pub mod wit;
 pub mod worker;
 
 pub use client::Client;

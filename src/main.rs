@@ -9,7 +9,7 @@ async fn main() -> std::process::ExitCode {
     match sluice::cli::main(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", sluice::check::one_line(&e));
+            eprintln!("error: {}", sluice::error::one_line(&e));
             std::process::ExitCode::FAILURE
         }
     }

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::broker::{self, Broker, ReplaySelector};
+use crate::broker::{self, DeadLetters, ReplaySelector};
+use crate::error::chain;
 use crate::policy::RedrivePolicy;
 use crate::registry::Registry;
 
@@ -62,7 +63,7 @@ pub fn selector(policy: &RedrivePolicy, now_ms: u64) -> ReplaySelector {
 
 /// Redrive the due dead letters of one queue; returns how many went back.
 pub async fn redrive_queue(
-    broker: &dyn Broker,
+    broker: &dyn DeadLetters,
     queue: &str,
     policy: &RedrivePolicy,
     now_ms: u64,
@@ -82,7 +83,7 @@ pub async fn redrive_queue(
 /// Redrive, for as long as it runs, the dead letters of every queue whose
 /// serving handler in `registry` asks for it. A handler loaded, changed or
 /// removed later is followed.
-pub async fn run(broker: Arc<dyn Broker>, registry: Arc<Registry>, clock: Arc<dyn Clock>) {
+pub async fn run(broker: Arc<dyn DeadLetters>, registry: Arc<Registry>, clock: Arc<dyn Clock>) {
     // When each queue is next due, by the clock.
     let mut next: HashMap<String, u64> = HashMap::new();
     loop {
@@ -96,7 +97,7 @@ pub async fn run(broker: Arc<dyn Broker>, registry: Arc<Registry>, clock: Arc<dy
             }
             let check = policy.check_every();
             if let Err(e) = redrive_queue(&*broker, &queue, &policy, now).await {
-                tracing::warn!(queue = %queue, error = %e, "redriving dead letters failed; trying again in {check:?}");
+                tracing::warn!(queue = %queue, error = %chain(&e), "redriving dead letters failed; trying again in {check:?}");
             }
             next.insert(queue, now + check.as_millis() as u64);
         }

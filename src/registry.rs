@@ -1,70 +1,33 @@
 //! The live set of handlers: which version of which handler serves which
-//! queue, right now. Loading a file, swapping a version in and unloading a
-//! removed handler all happen here; the directory watcher (`reload`) only
-//! says which names changed.
+//! queue, right now. The registry swaps versions in, unloads removed
+//! handlers and keeps account of refused files; loading a file is the
+//! [`Loader`]'s job, and the directory watcher (`reload`) only says which
+//! names changed.
 //!
 //! A swap starts a worker for the new version and tells the old one to
 //! stop: new deliveries go to the new version at once, while the old
 //! version's calls in flight finish on it, and what it had leased but not
 //! started goes back to the queue without spending an attempt.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use sha2::{Digest, Sha256};
 use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 
-use crate::broker::{Broker, STATUS_EVERY};
-use crate::cache::{CompileCache, Source};
-use crate::check;
+use crate::bind;
+use crate::broker::{Broker, HandlerStatus};
 use crate::config::HandlerSpec;
+use crate::error::chain;
+use crate::loader::Loader;
 use crate::policy::RedrivePolicy;
-use crate::runtime::{Handler, MAX_HANDLER_MEMORY, Runtime};
-use crate::topic::Binding;
-use crate::units::format_size;
+use crate::runtime::Handler;
 use crate::worker::{QueueWorker, WorkerStats};
 
-/// Short content hash used as a handler's version.
-pub fn content_hash(bytes: &[u8]) -> String {
-    short_hash(&full_hash(bytes))
-}
-
-/// The SHA-256 of `bytes` in hex: the compiled cache's key.
-fn full_hash(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// The version: the first 16 hex digits of the full hash.
-fn short_hash(full: &str) -> String {
-    full[..16].to_string()
-}
-
-/// The last refusal of a handler file.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Refusal {
-    pub file: PathBuf,
-    pub reason: String,
-}
-
-/// A handler's state, for `stats` and logs.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Status {
-    pub handler: String,
-    pub queue: Option<String>,
-    pub version: Option<String>,
-    /// Files of this handler refused since the host started.
-    pub refusals: u64,
-    pub last_refusal: Option<String>,
-}
-
+/// A handler version serving its queue: its worker task and how to stop it.
 struct Running {
     handler: Arc<Handler>,
     stop: watch::Sender<bool>,
@@ -73,57 +36,45 @@ struct Running {
     queue: String,
 }
 
+/// The last refusal of a handler's files, and how many there were.
+struct Refused {
+    count: u64,
+    reason: String,
+}
+
 #[derive(Default)]
 struct State {
     running: BTreeMap<String, Running>,
     /// Workers of replaced or removed versions, finishing their calls.
     retired: Vec<Running>,
-    refused: BTreeMap<String, (u64, Refusal)>,
+    refused: BTreeMap<String, Refused>,
 }
 
+/// The handlers one host serves, by name, and those whose files it refused.
 pub struct Registry {
-    runtime: Runtime,
+    loader: Arc<Loader>,
     broker: Arc<dyn Broker>,
-    cache: Arc<CompileCache>,
     dir: PathBuf,
-    max_message_size: u64,
     refusals: AtomicU64,
     state: Mutex<State>,
 }
 
 impl Registry {
-    pub fn new(
-        runtime: Runtime,
-        broker: Arc<dyn Broker>,
-        cache: CompileCache,
-        dir: PathBuf,
-        max_message_size: u64,
-    ) -> Self {
+    /// A registry of the handlers in `dir`, loaded by `loader`, serving the
+    /// queues of `broker`.
+    pub fn new(loader: Loader, broker: Arc<dyn Broker>, dir: PathBuf) -> Self {
         Registry {
-            runtime,
+            loader: Arc::new(loader),
             broker,
-            cache: Arc::new(cache),
             dir,
-            max_message_size,
             refusals: AtomicU64::new(0),
             state: Mutex::new(State::default()),
         }
     }
 
-    /// Names of every handler file (`NAME.wasm`) in the directory.
-    pub fn scan(&self) -> Result<Vec<String>> {
-        let entries = std::fs::read_dir(&self.dir).with_context(|| {
-            format!(
-                "cannot read handlers directory {}: create it and put NAME.wasm handler files in it",
-                self.dir.display()
-            )
-        })?;
-        let mut names: Vec<String> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter_map(|p| handler_name(&p).filter(|_| p.extension().is_some_and(|x| x == "wasm")))
-            .collect();
-        names.sort();
-        Ok(names)
+    /// The handlers directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Bring handler `name` in line with its files: load or swap in a new
@@ -134,30 +85,9 @@ impl Registry {
             self.unload(name).await;
             return;
         }
-        let (runtime, cache, max) = (
-            self.runtime.clone(),
-            self.cache.clone(),
-            self.max_message_size,
-        );
-        let loaded = {
-            let name = name.to_string();
-            let wasm = wasm.clone();
-            tokio::task::spawn_blocking(move || load_file(&runtime, &cache, &name, &wasm, max))
-                .await
-        };
-        let handler = match loaded {
-            // Topic publishes are routed by this broker's bindings, and a
-            // granted handler keeps its key-value store in it.
-            Ok(Ok(h)) if h.spec.capabilities.kv => h
-                .with_topics(self.broker.clone())
-                .with_kv(self.broker.clone()),
-            Ok(Ok(h)) => h.with_topics(self.broker.clone()),
-            Ok(Err(reason)) => return self.refuse(name, &wasm, reason).await,
-            Err(e) => {
-                return self
-                    .refuse(name, &wasm, format!("loading panicked: {e}"))
-                    .await;
-            }
+        let handler = match self.load(name, &wasm).await {
+            Ok(handler) => handler,
+            Err(reason) => return self.refuse(name, &wasm, reason).await,
         };
         // A handler refused for its queue must not bind topics to it.
         let taken = queue_taken(&*self.state.lock().await, name, &handler.spec.queue);
@@ -165,11 +95,37 @@ impl Registry {
             return self.refuse(name, &wasm, reason).await;
         }
         // Outside the registry's lock: a broker that is away must not hold it.
-        bind(&*self.broker, &handler.spec).await;
+        bind::bind(&*self.broker, &handler.spec).await;
+        self.swap(name, &wasm, handler).await;
+    }
+
+    /// Load `wasm` off the async threads (compiling takes a while), and give
+    /// the handler what it reaches through the broker. The error is the
+    /// refusal's reason.
+    async fn load(&self, name: &str, wasm: &Path) -> Result<Handler, String> {
+        let loaded = {
+            let (loader, name, wasm) = (self.loader.clone(), name.to_string(), wasm.to_path_buf());
+            tokio::task::spawn_blocking(move || loader.load(&name, &wasm)).await
+        };
+        match loaded {
+            // Topic publishes are routed by this broker's bindings, and a
+            // granted handler keeps its key-value store in it.
+            Ok(Ok(h)) if h.spec.capabilities.kv => Ok(h
+                .with_topics(self.broker.clone())
+                .with_kv(self.broker.clone())),
+            Ok(Ok(h)) => Ok(h.with_topics(self.broker.clone())),
+            Ok(Err(e)) => Err(chain(&e)),
+            Err(e) => Err(format!("loading panicked: {e}")),
+        }
+    }
+
+    /// Serve `name` with `handler` from now on, unless another handler took
+    /// its queue meanwhile or the same version and spec serve already.
+    async fn swap(&self, name: &str, wasm: &Path, handler: Handler) {
         let mut state = self.state.lock().await;
         if let Some(reason) = queue_taken(&state, name, &handler.spec.queue) {
             drop(state);
-            return self.refuse(name, &wasm, reason).await;
+            return self.refuse(name, wasm, reason).await;
         }
         if let Some(current) = state.running.get(name)
             && current.handler.version == handler.version
@@ -235,35 +191,14 @@ impl Registry {
             .collect()
     }
 
-    /// Bind the topics of the handlers in the directory from their sidecars
-    /// alone, before any of them serves: a handler that publishes to a topic
-    /// must not start before the handlers that subscribe to it are bound,
-    /// whatever order they load in. A sidecar that does not parse is left to
-    /// the load, which reports it.
-    /// Of two sidecars naming one queue, only the first name's is bound, as
-    /// only the first loads.
-    pub async fn bind_sidecars(&self, names: &[String]) {
-        let mut queues = BTreeSet::new();
-        for name in names {
-            let sidecar = self.dir.join(format!("{name}.toml"));
-            if let Ok(spec) = load_spec(name, &sidecar)
-                && queues.insert(spec.queue.clone())
-            {
-                bind(&*self.broker, &spec).await;
-            }
-        }
-    }
-
-    /// Bind every serving handler's topics again, so that bindings lost with
-    /// a broker's data, or not written while it was away, come back.
-    pub async fn sync_bindings(&self) {
-        let specs: Vec<Arc<Handler>> = {
-            let state = self.state.lock().await;
-            state.running.values().map(|r| r.handler.clone()).collect()
-        };
-        for h in specs {
-            bind(&*self.broker, &h.spec).await;
-        }
+    /// The specs of the handlers serving now.
+    pub async fn serving(&self) -> Vec<HandlerSpec> {
+        let state = self.state.lock().await;
+        state
+            .running
+            .values()
+            .map(|r| r.handler.spec.clone())
+            .collect()
     }
 
     /// The queues whose serving handler redrives its dead letters, and how.
@@ -276,32 +211,43 @@ impl Registry {
             .collect()
     }
 
-    /// Every handler the host knows, serving or refused.
-    pub async fn statuses(&self) -> Vec<Status> {
+    /// Names of every handler the registry knows, serving or refused.
+    pub async fn names(&self) -> Vec<String> {
         let state = self.state.lock().await;
-        let mut out: BTreeMap<String, Status> = BTreeMap::new();
+        let mut names: Vec<String> = state
+            .running
+            .keys()
+            .chain(state.refused.keys())
+            .cloned()
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Every handler the host knows, serving or refused, as `host` reports
+    /// it at `now_ms`.
+    pub async fn statuses(&self, host: &str, now_ms: u64) -> Vec<HandlerStatus> {
+        let state = self.state.lock().await;
+        let mut out: BTreeMap<&str, HandlerStatus> = BTreeMap::new();
+        let status = |name: &str| HandlerStatus {
+            host: host.to_string(),
+            handler: name.to_string(),
+            queue: None,
+            version: None,
+            refusals: 0,
+            last_refusal: None,
+            updated_at_ms: now_ms,
+        };
         for (name, r) in &state.running {
-            out.insert(
-                name.clone(),
-                Status {
-                    handler: name.clone(),
-                    queue: Some(r.queue.clone()),
-                    version: Some(r.handler.version.clone()),
-                    refusals: 0,
-                    last_refusal: None,
-                },
-            );
+            let s = out.entry(name).or_insert_with(|| status(name));
+            s.queue = Some(r.queue.clone());
+            s.version = Some(r.handler.version.clone());
         }
-        for (name, (count, refusal)) in &state.refused {
-            let s = out.entry(name.clone()).or_insert_with(|| Status {
-                handler: name.clone(),
-                queue: None,
-                version: None,
-                refusals: 0,
-                last_refusal: None,
-            });
-            s.refusals = *count;
-            s.last_refusal = Some(refusal.reason.clone());
+        for (name, refused) in &state.refused {
+            let s = out.entry(name).or_insert_with(|| status(name));
+            s.refusals = refused.count;
+            s.last_refusal = Some(refused.reason.clone());
         }
         out.into_values().collect()
     }
@@ -338,20 +284,12 @@ impl Registry {
             still_serving = serving.as_deref().unwrap_or("nothing"),
             "handler refused: {reason}"
         );
-        let entry = state.refused.entry(name.to_string()).or_insert_with(|| {
-            (
-                0,
-                Refusal {
-                    file: file.to_path_buf(),
-                    reason: String::new(),
-                },
-            )
+        let refused = state.refused.entry(name.to_string()).or_insert(Refused {
+            count: 0,
+            reason: String::new(),
         });
-        entry.0 += 1;
-        entry.1 = Refusal {
-            file: file.to_path_buf(),
-            reason,
-        };
+        refused.count += 1;
+        refused.reason = reason;
     }
 }
 
@@ -359,26 +297,6 @@ fn retire(state: &mut State, old: Running) {
     let _ = old.stop.send(true);
     state.retired.retain(|r| !r.task.is_finished());
     state.retired.push(old);
-}
-
-/// `NAME` for `DIR/NAME.wasm` or `DIR/NAME.toml`; `None` for anything else
-/// (temporary files, hidden files, other extensions).
-pub fn handler_name(path: &Path) -> Option<String> {
-    let ext = path.extension()?.to_str()?;
-    if ext != "wasm" && ext != "toml" {
-        return None;
-    }
-    let stem = path.file_stem()?.to_str()?;
-    (!stem.is_empty() && !stem.starts_with('.') && !stem.contains('.')).then(|| stem.to_string())
-}
-
-/// Handler `name`'s spec from its sidecar, or the defaults without one.
-fn load_spec(name: &str, sidecar: &Path) -> anyhow::Result<HandlerSpec> {
-    if sidecar.exists() {
-        HandlerSpec::load(name, sidecar)
-    } else {
-        HandlerSpec::defaults(name)
-    }
 }
 
 /// Why handler `name` cannot serve `queue`: another handler serves it.
@@ -390,65 +308,4 @@ fn queue_taken(state: &State, name: &str, queue: &str) -> Option<String> {
     Some(format!(
         "queue {queue:?} is already served by {other}.wasm; bind this handler to another queue in its sidecar"
     ))
-}
-
-/// Load one handler file and its sidecar. The error is one line, naming the
-/// file at fault.
-pub fn load_file(
-    runtime: &Runtime,
-    cache: &CompileCache,
-    name: &str,
-    path: &Path,
-    max_message_size: u64,
-) -> Result<Handler, String> {
-    let sidecar = path.with_extension("toml");
-    let spec = load_spec(name, &sidecar).map_err(|e| format!("{e:#}"))?;
-    if spec.memory > MAX_HANDLER_MEMORY {
-        return Err(format!(
-            "{}: `limits.memory` is {}, over the host's limit of {}",
-            sidecar.display(),
-            format_size(spec.memory),
-            format_size(MAX_HANDLER_MEMORY)
-        ));
-    }
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-    // Hashed once: the full hash keys the cache, its prefix is the version.
-    let full = full_hash(&bytes);
-    let version = short_hash(&full);
-    let (component, source) = cache
-        .component(runtime, &bytes, &full)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if source != Source::Memory {
-        tracing::debug!(handler = name, version = %version, ?source, "component ready");
-    }
-    let pre = check::prepare_component(runtime, &component)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(Handler::new(
-        runtime,
-        spec,
-        path.to_path_buf(),
-        version,
-        pre,
-        max_message_size,
-    ))
-}
-
-/// Make the broker's bindings from this handler's sidecar exactly those its
-/// `[[subscribe]]` tables declare. Bindings made on the command line are
-/// left alone. A broker that is away is tried again with the next report.
-async fn bind(broker: &dyn Broker, spec: &HandlerSpec) {
-    let origin = Binding::origin_of_handler(&spec.name);
-    let bindings: Vec<Binding> = spec
-        .subscriptions
-        .iter()
-        .map(|s| Binding {
-            topic: s.topic.clone(),
-            queue: spec.queue.clone(),
-            pattern: s.pattern.clone(),
-            origin: origin.clone(),
-        })
-        .collect();
-    if let Err(e) = broker.replace_bindings(&origin, &bindings).await {
-        tracing::error!(handler = %spec.name, "could not bind its topics: {e}; trying again in {STATUS_EVERY:?}");
-    }
 }

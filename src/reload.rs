@@ -16,7 +16,7 @@ use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
-use crate::registry::handler_name;
+use crate::loader::handler_name;
 
 /// Quiet time after the last event before a name is reported.
 pub const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -34,6 +34,7 @@ enum Seen {
 /// Everything under the directory changed (events were lost): rescan.
 pub const RESCAN: &str = "*";
 
+/// Watches the handlers directory and reports which handler names changed.
 pub struct DirWatcher {
     _watcher: RecommendedWatcher,
     events: mpsc::UnboundedReceiver<(String, Seen)>,

@@ -6,14 +6,12 @@
 //!
 //! This module is the pure part: names, patterns, matching, and which queues
 //! a publish goes to. Bindings are stored by the broker
-//! ([`crate::broker::TopicStore`]), so every host and every publisher sees the
-//! same ones.
+//! (`crate::broker::TopicStore`), so every host and every publisher sees the
+//! same ones; `crate::publish::fan_out` routes a publish by them.
 
 use serde::Serialize;
 
-use crate::broker::TopicStore;
-use crate::client::PublishError;
-use crate::message::{NewMessage, validate_queue_name};
+use crate::message::validate_queue_name;
 
 /// The header each copy of a topic publish carries: the topic's name.
 pub const TOPIC_HEADER: &str = "sluice-topic";
@@ -185,42 +183,6 @@ pub fn unmatched_error(topic: &str, route: &str) -> String {
     format!(
         "no queue is bound to topic {topic:?} for routing key {route:?}, and the topic has no catch-all queue: bind one with `[[subscribe]] topic = {topic:?}` (and `route` or `unmatched = true`) in a handler's sidecar, or `sluice topics bind {topic} QUEUE`"
     )
-}
-
-/// The copies of `message` that a publish to `topic` with `route` makes: one
-/// per bound queue, each with the topic and route in its headers. A publish
-/// that matches no pattern is counted; without a catch-all it is refused.
-/// `message.queue` is ignored.
-pub async fn fan_out(
-    store: &dyn TopicStore,
-    topic: &str,
-    route: &str,
-    message: NewMessage,
-) -> Result<Vec<NewMessage>, PublishError> {
-    validate_topic_name(topic).map_err(PublishError::Refused)?;
-    validate_route(route).map_err(PublishError::Refused)?;
-    let routed = queues_for(&store.bindings(topic).await?, route);
-    if routed.unmatched {
-        store.count_unmatched(topic, 1).await?;
-        if routed.queues.is_empty() {
-            return Err(PublishError::Refused(unmatched_error(topic, route)));
-        }
-    }
-    let mut template = message;
-    template
-        .headers
-        .push((TOPIC_HEADER.to_string(), topic.to_string()));
-    template
-        .headers
-        .push((ROUTE_HEADER.to_string(), route.to_string()));
-    Ok(routed
-        .queues
-        .into_iter()
-        .map(|queue| NewMessage {
-            queue,
-            ..template.clone()
-        })
-        .collect())
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use super::{BrokerError, Result};
 /// backend's clock arithmetic with room to spare.
 pub const MAX_TTL: Duration = Duration::from_secs(3650 * 24 * 3600);
 
+/// The handlers' key-value stores, one scope per handler.
 #[async_trait]
 pub trait KvStore: Send + Sync {
     /// The value of `key` in `scope`; `None` when it is not set or expired.

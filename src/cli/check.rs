@@ -9,6 +9,7 @@ use super::Context;
 use crate::runtime::Runtime;
 use crate::units::format_size;
 
+/// The arguments of `sluice check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// The component to check.

@@ -5,16 +5,18 @@ use base64::Engine as _;
 use clap::{Args, Subcommand};
 
 use super::{Context, print_json};
-use crate::broker::{Broker, DeadLetter, ReplaySelector};
+use crate::broker::{DeadLetter, DeadLetters, ReplaySelector};
 use crate::message::now_ms;
 use crate::units::parse_duration;
 
+/// The arguments of `sluice dlq`.
 #[derive(Debug, Args)]
 pub struct DlqArgs {
     #[command(subcommand)]
     pub action: DlqAction,
 }
 
+/// What `sluice dlq` does.
 #[derive(Debug, Subcommand)]
 pub enum DlqAction {
     /// List a queue's dead letters, oldest first.
@@ -45,7 +47,7 @@ pub enum DlqAction {
 }
 
 pub async fn dlq(ctx: &Context, args: DlqArgs) -> Result<()> {
-    let broker = ctx.broker().await?;
+    let broker: std::sync::Arc<dyn DeadLetters> = ctx.broker().await?;
     match args.action {
         DlqAction::List { queue, limit } => {
             let dead = broker.dead_letters(&queue, limit).await?;
@@ -102,7 +104,7 @@ pub async fn dlq(ctx: &Context, args: DlqArgs) -> Result<()> {
 /// `dlq replay`: an error when some of the ids asked for were not replayed.
 async fn replay(
     ctx: &Context,
-    broker: &dyn Broker,
+    broker: &dyn DeadLetters,
     queue: &str,
     selector: &ReplaySelector,
 ) -> Result<()> {

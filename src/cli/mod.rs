@@ -17,6 +17,7 @@ mod stats;
 mod topics;
 
 #[derive(Debug, Parser)]
+/// The whole command line.
 #[command(
     name = "sluice",
     version,
@@ -36,6 +37,7 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the handlers in a directory.

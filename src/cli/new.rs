@@ -8,6 +8,7 @@ use clap::{Args, ValueEnum};
 
 use super::Context;
 
+/// The languages `sluice new` scaffolds.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum Lang {
     Rust,
@@ -16,6 +17,7 @@ pub enum Lang {
     C,
 }
 
+/// The arguments of `sluice new`.
 #[derive(Debug, Args)]
 pub struct NewArgs {
     /// The handler's name: it serves the queue of that name.

@@ -8,6 +8,7 @@ use clap::Args;
 use super::Context;
 use crate::app::{RunOptions, run as run_app};
 
+/// The arguments of `sluice run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Directory of NAME.wasm handlers (default: `handlers` in sluice.toml, else ./handlers).

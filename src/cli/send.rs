@@ -10,6 +10,7 @@ use super::{Context, print_json};
 use crate::client::{Client, PublishError, PublishOptions};
 use crate::units::parse_duration;
 
+/// The arguments of `sluice send`.
 #[derive(Debug, Args)]
 #[command(
     override_usage = "sluice send [OPTIONS] QUEUE PAYLOAD\n       sluice send [OPTIONS] --topic TOPIC --route KEY PAYLOAD"

@@ -7,6 +7,7 @@ use super::Context;
 use crate::broker::{HandlerStatus, STATUS_STALE};
 use crate::message::now_ms;
 
+/// The arguments of `sluice stats`.
 #[derive(Debug, Args)]
 pub struct StatsArgs {
     /// With --json: print the handlers the running hosts report instead of

@@ -1,18 +1,23 @@
 //! `sluice topics [list]`, `sluice topics bind|unbind TOPIC QUEUE`.
 
+use std::sync::Arc;
+
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 
 use super::{Context, print_json};
+use crate::broker::TopicStore;
 use crate::message::validate_queue_name;
 use crate::topic::{Binding, CLI_ORIGIN, pattern_or_every, validate_topic_name};
 
+/// The arguments of `sluice topics`.
 #[derive(Debug, Args)]
 pub struct TopicsArgs {
     #[command(subcommand)]
     pub action: Option<TopicsAction>,
 }
 
+/// What `sluice topics` does.
 #[derive(Debug, Subcommand)]
 pub enum TopicsAction {
     /// Every topic: its bindings and how many publishes matched none.
@@ -65,38 +70,9 @@ fn check_names(topic: &str, queue: &str) -> Result<()> {
 }
 
 pub async fn topics(ctx: &Context, args: TopicsArgs) -> Result<()> {
-    let broker = ctx.broker().await?;
+    let broker: Arc<dyn TopicStore> = ctx.broker().await?;
     match args.action.unwrap_or(TopicsAction::List) {
-        TopicsAction::List => {
-            let all = broker.topic_stats().await?;
-            if ctx.json {
-                return print_json(&all);
-            }
-            println!(
-                "{:<24} {:<24} {:<28} {:<16} UNMATCHED",
-                "TOPIC", "QUEUE", "ROUTE", "ORIGIN"
-            );
-            for t in &all {
-                if t.bindings.is_empty() {
-                    println!(
-                        "{:<24} {:<24} {:<28} {:<16} {}",
-                        t.topic, "-", "-", "-", t.unmatched
-                    );
-                }
-                for (i, b) in t.bindings.iter().enumerate() {
-                    let unmatched = if i == 0 {
-                        t.unmatched.to_string()
-                    } else {
-                        String::new()
-                    };
-                    let route = b.pattern.as_deref().unwrap_or("(catch-all)");
-                    println!(
-                        "{:<24} {:<24} {:<28} {:<16} {unmatched}",
-                        t.topic, b.queue, route, b.origin
-                    );
-                }
-            }
-        }
+        TopicsAction::List => list(ctx, &*broker).await,
         TopicsAction::Bind {
             topic,
             queue,
@@ -109,16 +85,7 @@ pub async fn topics(ctx: &Context, args: TopicsArgs) -> Result<()> {
                 queue,
                 origin: CLI_ORIGIN.to_string(),
             };
-            broker.bind(std::slice::from_ref(&binding)).await?;
-            if ctx.json {
-                print_json(&binding)?;
-            } else {
-                let route = binding.pattern.as_deref().unwrap_or("(catch-all)");
-                println!(
-                    "bound {} to topic {} for {route}",
-                    binding.queue, binding.topic
-                );
-            }
+            bind(ctx, &*broker, binding).await
         }
         TopicsAction::Unbind {
             topic,
@@ -128,20 +95,75 @@ pub async fn topics(ctx: &Context, args: TopicsArgs) -> Result<()> {
         } => {
             check_names(&topic, &queue)?;
             let pattern = if all { None } else { which.pattern()? };
-            let removed = broker
-                .unbind(&topic, &queue, pattern.as_deref(), all)
-                .await?;
-            if removed == 0 {
-                bail!(
-                    "queue {queue:?} has no such binding to topic {topic:?}: see `sluice topics`"
-                );
-            }
-            if ctx.json {
-                print_json(&serde_json::json!({ "removed": removed }))?;
+            unbind(ctx, &*broker, &topic, &queue, pattern.as_deref(), all).await
+        }
+    }
+}
+
+/// `topics list`: every topic with its bindings and unmatched count.
+async fn list(ctx: &Context, broker: &dyn TopicStore) -> Result<()> {
+    let all = broker.topic_stats().await?;
+    if ctx.json {
+        return print_json(&all);
+    }
+    println!(
+        "{:<24} {:<24} {:<28} {:<16} UNMATCHED",
+        "TOPIC", "QUEUE", "ROUTE", "ORIGIN"
+    );
+    for t in &all {
+        if t.bindings.is_empty() {
+            println!(
+                "{:<24} {:<24} {:<28} {:<16} {}",
+                t.topic, "-", "-", "-", t.unmatched
+            );
+        }
+        for (i, b) in t.bindings.iter().enumerate() {
+            let unmatched = if i == 0 {
+                t.unmatched.to_string()
             } else {
-                println!("removed {removed} binding(s) of {queue} to topic {topic}");
-            }
+                String::new()
+            };
+            let route = b.pattern.as_deref().unwrap_or("(catch-all)");
+            println!(
+                "{:<24} {:<24} {:<28} {:<16} {unmatched}",
+                t.topic, b.queue, route, b.origin
+            );
         }
     }
     Ok(())
+}
+
+/// `topics bind`.
+async fn bind(ctx: &Context, broker: &dyn TopicStore, binding: Binding) -> Result<()> {
+    broker.bind(std::slice::from_ref(&binding)).await?;
+    if ctx.json {
+        return print_json(&binding);
+    }
+    let route = binding.pattern.as_deref().unwrap_or("(catch-all)");
+    println!(
+        "bound {} to topic {} for {route}",
+        binding.queue, binding.topic
+    );
+    Ok(())
+}
+
+/// `topics unbind`: an error when there was no such binding.
+async fn unbind(
+    ctx: &Context,
+    broker: &dyn TopicStore,
+    topic: &str,
+    queue: &str,
+    pattern: Option<&str>,
+    all: bool,
+) -> Result<()> {
+    let removed = broker.unbind(topic, queue, pattern, all).await?;
+    if removed == 0 {
+        bail!("queue {queue:?} has no such binding to topic {topic:?}: see `sluice topics`");
+    }
+    if ctx.json {
+        print_json(&serde_json::json!({ "removed": removed }))
+    } else {
+        println!("removed {removed} binding(s) of {queue} to topic {topic}");
+        Ok(())
+    }
 }

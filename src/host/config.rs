@@ -1,7 +1,7 @@
 //! `sluice:handler/config`: the handler's own values from its sidecar.
 
 use super::HostState;
-use crate::runtime::bindings::sluice::handler::config::Host;
+use crate::wit::sluice::handler::config::Host;
 
 impl Host for HostState {
     fn get(&mut self, key: String) -> Option<String> {

@@ -8,8 +8,9 @@
 
 use super::HostState;
 use crate::broker::{BrokerError, KvStore};
-use crate::runtime::bindings::sluice::handler::kv::Host;
+use crate::error::chain;
 use crate::units::format_size;
+use crate::wit::sluice::handler::kv::Host;
 
 /// The longest key, in bytes.
 pub const MAX_KV_KEY: usize = 1024;
@@ -57,6 +58,7 @@ impl HostState {
             Ok(value) => Ok(value),
             Err(BrokerError::Invalid(why)) => Err(why),
             Err(e) => {
+                let e = chain(&e);
                 tracing::warn!(
                     target: "sluice::guest", handler = %self.handler.name, key,
                     "key-value {what} failed: {e}"

@@ -1,7 +1,7 @@
 //! `sluice:handler/log`: guest log lines into the host's `tracing` log.
 
 use super::HostState;
-use crate::runtime::bindings::sluice::handler::log::{Host, Level};
+use crate::wit::sluice::handler::log::{Host, Level};
 
 impl Host for HostState {
     fn log(&mut self, level: Level, message: String) {

@@ -1,5 +1,12 @@
 //! What a handler's store holds, and the host side of each imported
-//! interface: one file per interface.
+//! interface: one file per interface (`log`, `publish`, `config`, `kv`,
+//! `http`, and `stdio` for WASI's stdout and stderr), each just the `impl`
+//! of that interface's `Host` trait from [`crate::wit`].
+//!
+//! A store serves one call at a time. The runtime opens each call with
+//! [`HostState::begin_call`] and, when the guest answers, takes what it
+//! published with [`HostState::take_publishes`]; nothing else of the store
+//! is the runtime's to touch.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,19 +18,20 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use crate::broker::{KvStore, TopicStore};
 use crate::config::Capabilities;
 use crate::message::NewMessage;
-use crate::runtime::limits::MemoryLimiter;
 
 mod config;
 mod http;
 mod kv;
+pub mod limits;
 mod log;
 mod publish;
 mod stdio;
 
+pub use kv::{MAX_KV_KEY, MAX_KV_VALUE};
+pub use limits::{MemoryLimitHit, MemoryLimiter};
+
 /// Most publishes one message may hold before its outcome.
 pub const MAX_HELD_PUBLISHES: usize = 1000;
-
-pub use kv::{MAX_KV_KEY, MAX_KV_VALUE};
 
 /// Facts about a handler that every one of its stores shares.
 pub struct HandlerContext {
@@ -45,19 +53,20 @@ pub struct HandlerContext {
 pub struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
-    pub(crate) limiter: MemoryLimiter,
-    pub(crate) handler: Arc<HandlerContext>,
+    limiter: MemoryLimiter,
+    handler: Arc<HandlerContext>,
     /// The message being handled, for log lines.
-    pub(crate) message_id: String,
+    message_id: String,
     /// Publishes held until the outcome.
-    pub(crate) held: Vec<NewMessage>,
+    held: Vec<NewMessage>,
     /// When the current call must have finished.
-    pub(crate) deadline: Instant,
+    deadline: Instant,
     http: wasmtime_wasi_http::WasiHttpCtx,
     http_hooks: http::Hooks,
 }
 
 impl HostState {
+    /// The state of a new store of `handler`, its memory capped at `memory_cap`.
     pub fn new(handler: Arc<HandlerContext>, memory_cap: u64) -> Self {
         // Nothing is granted: no preopened directories, no environment, no
         // arguments, no sockets. Clocks and randomness are allowed.
@@ -81,6 +90,41 @@ impl HostState {
             http_hooks,
         }
     }
+
+    /// Start a call for message `message_id` that must end by `deadline`:
+    /// whatever an earlier call held is dropped.
+    pub fn begin_call(&mut self, message_id: &str, deadline: Instant) {
+        self.message_id.clear();
+        self.message_id.push_str(message_id);
+        self.held.clear();
+        self.deadline = deadline;
+    }
+
+    /// When the current call must have finished.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Set the deadline alone, before the first call (instantiation runs
+    /// guest code too).
+    pub fn set_deadline(&mut self, deadline: Instant) {
+        self.deadline = deadline;
+    }
+
+    /// The publishes the current call holds, taken out of the store.
+    pub fn take_publishes(&mut self) -> Vec<NewMessage> {
+        std::mem::take(&mut self.held)
+    }
+
+    /// The store's memory limiter, for `Store::limiter`.
+    pub fn limiter(&mut self) -> &mut MemoryLimiter {
+        &mut self.limiter
+    }
+
+    /// The memory-limit refusal that ended a call, if one did.
+    pub fn memory_limit_hit(&self) -> Option<&MemoryLimitHit> {
+        self.limiter.hit()
+    }
 }
 
 impl WasiView for HostState {
@@ -92,4 +136,4 @@ impl WasiView for HostState {
     }
 }
 
-impl crate::runtime::bindings::sluice::handler::types::Host for HostState {}
+impl crate::wit::sluice::handler::types::Host for HostState {}

@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use super::{HostState, MAX_HELD_PUBLISHES};
-use crate::client::PublishError;
+use crate::error::chain;
 use crate::message::NewMessage;
-use crate::runtime::bindings::sluice::handler::publish::{Host, PublishOptions};
-use crate::topic::fan_out;
+use crate::publish::{PublishError, fan_out};
+use crate::wit::sluice::handler::publish::{Host, PublishOptions};
 
 impl HostState {
     fn hold(&mut self, messages: Vec<NewMessage>) -> Result<(), String> {
@@ -54,6 +54,7 @@ impl Host for HostState {
             Ok(copies) => copies,
             Err(PublishError::Refused(why)) => return Err(why),
             Err(PublishError::Broker(e)) => {
+                let e = chain(&e);
                 tracing::warn!(target: "sluice::guest", handler = %self.handler.name, topic, "topic publish failed: {e}");
                 return Err(format!("publish to topic {topic:?} failed: {e}"));
             }

@@ -11,12 +11,14 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 /// Longest line kept before it is logged in pieces.
 const MAX_LINE: usize = 16 * 1024;
 
+/// Which of a guest's output streams a [`LogStream`] carries.
 #[derive(Clone, Copy, Debug)]
 pub enum Stream {
     Stdout,
     Stderr,
 }
 
+/// A guest's stdout or stderr, written to the host's log line by line.
 #[derive(Clone)]
 pub struct LogStream {
     handler: std::sync::Arc<str>,

@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 use wasmtime::{Store, UpdateDeadline, WasmBacktrace};
 
 use super::Runtime;
-use super::bindings::{self, HandlerPre};
 use super::limits::TimedOut;
 use crate::broker::{KvStore, TopicStore};
-use crate::check::one_line;
 use crate::config::{HandlerSpec, InstanceMode};
+use crate::error::one_line;
 use crate::host::{HandlerContext, HostState};
 use crate::message::{Delivery, NewMessage};
 use crate::policy::Outcome;
+use crate::wit::{self, HandlerPre};
 
 /// Why an attempt failed without an outcome from the guest.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -43,10 +43,12 @@ pub struct Invocation {
 
 struct Warm {
     store: Store<HostState>,
-    instance: bindings::Handler,
+    instance: wit::Handler,
     uses: u32,
 }
 
+/// One loaded version of one handler: its prepared component, its spec and,
+/// in `reuse` mode, its warm instances. Shared by the worker's callers.
 pub struct Handler {
     pub spec: HandlerSpec,
     /// Content hash of the component (first 16 hex digits of its SHA-256).
@@ -59,6 +61,8 @@ pub struct Handler {
 }
 
 impl Handler {
+    /// A handler version ready to serve: `pre` is its component, linked and
+    /// checked against the `handler` world.
     pub fn new(
         runtime: &Runtime,
         spec: HandlerSpec,
@@ -135,15 +139,14 @@ impl Handler {
                 }
             }
         };
-        let state = store.data_mut();
-        state.message_id.clone_from(&delivery.id);
-        state.held.clear();
-        state.deadline = Instant::now() + self.spec.timeout;
+        store
+            .data_mut()
+            .begin_call(&delivery.id, Instant::now() + self.spec.timeout);
         store.set_epoch_deadline(1);
         let message = to_wit(delivery);
         match self.call(&mut store, &instance, &message).await {
             Ok(outcome) => {
-                let publishes = std::mem::take(&mut store.data_mut().held);
+                let publishes = store.data_mut().take_publishes();
                 let uses = uses + 1;
                 if self.spec.instance_mode == InstanceMode::Reuse
                     && uses < self.spec.max_messages_per_instance
@@ -172,11 +175,11 @@ impl Handler {
     async fn call(
         &self,
         store: &mut Store<HostState>,
-        instance: &bindings::Handler,
-        message: &bindings::Message,
-    ) -> Result<bindings::Outcome, Failure> {
+        instance: &wit::Handler,
+        message: &wit::Message,
+    ) -> Result<wit::Outcome, Failure> {
         let timeout = self.spec.timeout;
-        let deadline = tokio::time::Instant::from_std(store.data().deadline);
+        let deadline = tokio::time::Instant::from_std(store.data().deadline());
         let result = {
             let call = instance.call_handle(&mut *store, message);
             let mut call = std::pin::pin!(call);
@@ -208,24 +211,24 @@ impl Handler {
             self.runtime.engine(),
             HostState::new(self.context.clone(), self.spec.memory),
         );
-        store.limiter(|s| &mut s.limiter);
+        store.limiter(|s| s.limiter());
         let timeout = self.spec.timeout;
         store.epoch_deadline_callback(move |ctx| {
-            if Instant::now() >= ctx.data().deadline {
+            if Instant::now() >= ctx.data().deadline() {
                 Err(wasmtime::Error::new(TimedOut(timeout)))
             } else {
                 // Let other tasks on this thread run while the guest computes.
                 Ok(UpdateDeadline::Yield(1))
             }
         });
-        store.data_mut().deadline = Instant::now() + timeout;
+        store.data_mut().set_deadline(Instant::now() + timeout);
         store.set_epoch_deadline(1);
         store
     }
 }
 
-fn to_wit(d: &Delivery) -> bindings::Message {
-    bindings::Message {
+fn to_wit(d: &Delivery) -> wit::Message {
+    wit::Message {
         id: d.id.clone(),
         key: d.key.clone(),
         queue: d.queue.clone(),
@@ -236,16 +239,16 @@ fn to_wit(d: &Delivery) -> bindings::Message {
     }
 }
 
-fn from_wit(outcome: bindings::Outcome) -> Outcome {
+fn from_wit(outcome: wit::Outcome) -> Outcome {
     match outcome {
-        bindings::Outcome::Done => Outcome::Done,
-        bindings::Outcome::Retry(ms) => Outcome::Retry(ms.map(Duration::from_millis)),
-        bindings::Outcome::Reject(reason) => Outcome::Reject(reason),
+        wit::Outcome::Done => Outcome::Done,
+        wit::Outcome::Retry(ms) => Outcome::Retry(ms.map(Duration::from_millis)),
+        wit::Outcome::Reject(reason) => Outcome::Reject(reason),
     }
 }
 
 fn classify(err: wasmtime::Error, store: &Store<HostState>, instantiating: bool) -> Failure {
-    if let Some(hit) = &store.data().limiter.hit {
+    if let Some(hit) = store.data().memory_limit_hit() {
         return Failure::MemoryLimit(hit.to_string());
     }
     if let Some(t) = err.downcast_ref::<TimedOut>() {

@@ -1,5 +1,7 @@
 //! The WebAssembly runtime: one `Engine` with the pooling allocator, one
-//! `Linker` with WASI p2 and the sluice imports, and the one `bindgen!`.
+//! `Linker` with WASI p2, wasi:http and the sluice imports (generated in
+//! [`crate::wit`], implemented in [`crate::host`]), and the loaded handler
+//! versions that run one delivery each ([`Handler`]).
 
 use std::sync::Arc;
 
@@ -8,30 +10,12 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::host::HostState;
+use crate::wit;
 
 pub mod handler;
 pub mod limits;
 
 pub use handler::{Failure, Handler, Invocation};
-
-/// Generated from `wit/`: the `handler` world and its interfaces.
-pub mod bindings {
-    wasmtime::component::bindgen!({
-        path: "wit",
-        world: "handler",
-        // `handle` runs on a fiber so that the epoch deadline can yield to
-        // tokio and time the call out.
-        exports: { default: async },
-        // The key-value calls and topic publishes wait on the broker: async,
-        // so the fiber yields to tokio meanwhile (and the timer around the
-        // call can end one that outlives the handler's timeout). The other
-        // imports are quick, plain calls.
-        imports: {
-            "sluice:handler/kv": async,
-            "sluice:handler/publish.publish-to-topic": async,
-        },
-    });
-}
 
 /// The largest memory cap a handler may ask for.
 pub const MAX_HANDLER_MEMORY: u64 = 4 << 30;
@@ -49,6 +33,8 @@ struct Inner {
 }
 
 impl Runtime {
+    /// The engine, with the pooling allocator sized for every handler a host
+    /// serves, and the linker with everything a handler may import.
     pub fn new() -> Result<Self> {
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(1000)
@@ -79,7 +65,7 @@ impl Runtime {
             .map_err(|e| anyhow::Error::from(e).context("cannot link WASI"))?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
             .map_err(|e| anyhow::Error::from(e).context("cannot link wasi:http"))?;
-        bindings::Handler::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+        wit::Handler::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| anyhow::Error::from(e).context("cannot link the sluice imports"))?;
         let ticker = limits::EpochTicker::start(engine.clone());
         Ok(Runtime {
@@ -91,10 +77,12 @@ impl Runtime {
         })
     }
 
+    /// The engine every handler is compiled for.
     pub fn engine(&self) -> &Engine {
         &self.inner.engine
     }
 
+    /// The linker every handler is instantiated through.
     pub fn linker(&self) -> &Linker<HostState> {
         &self.inner.linker
     }

@@ -7,8 +7,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::{Dispatch, Job, Leased, Settled, call};
-use crate::broker::{Broker, ClaimState, KeyClaim, Settlement};
+use crate::broker::{ClaimState, KeyClaim, Queue, Settlement};
 use crate::config::HandlerSpec;
+use crate::error::chain;
 use crate::policy::{self, Decision};
 
 /// How long a delivery whose key is busy elsewhere, or could not be taken,
@@ -18,7 +19,7 @@ const BUSY_KEY_DELAY: Duration = Duration::from_millis(500);
 /// Admit each leased batch in turn and queue what may run for the callers.
 pub(super) async fn admit_loop(
     mut leased: mpsc::UnboundedReceiver<Leased>,
-    broker: Arc<dyn Broker>,
+    broker: Arc<dyn Queue>,
     spec: Arc<HandlerSpec>,
     dispatch: Arc<dyn Dispatch>,
     settle_tx: mpsc::UnboundedSender<Settled>,
@@ -34,7 +35,7 @@ pub(super) async fn admit_loop(
 /// Turn away deliveries that must not reach the handler: over the attempt
 /// limit, or whose idempotency key is done or busy. Returns the rest.
 async fn admit(
-    broker: &dyn Broker,
+    broker: &dyn Queue,
     spec: &HandlerSpec,
     dispatch: &dyn Dispatch,
     batch: Leased,
@@ -51,6 +52,18 @@ async fn admit(
         }
         runnable.push((delivery, key, permit));
     }
+    take_keys(broker, spec, runnable, settle_tx).await
+}
+
+/// Take the idempotency keys of `runnable` in one broker call. Returns the
+/// jobs that hold theirs (or have none); the rest go to the settler: as
+/// duplicates when the key is done, back to the queue when it is busy.
+async fn take_keys(
+    broker: &dyn Queue,
+    spec: &HandlerSpec,
+    runnable: Vec<Job>,
+    settle_tx: &mpsc::UnboundedSender<Settled>,
+) -> Vec<Job> {
     let claims: Vec<KeyClaim> = runnable
         .iter()
         .filter_map(|(d, key, _)| {
@@ -69,7 +82,7 @@ async fn admit(
             // Without keys nothing may run: the batch goes back, without
             // spending an attempt, through the settler, which counts it out
             // of in flight once the broker takes the settlement.
-            tracing::error!(queue = %spec.queue, error = %e, "could not take idempotency keys; the batch goes back to the queue");
+            tracing::error!(queue = %spec.queue, error = %chain(&e), "could not take idempotency keys; the batch goes back to the queue");
             for (delivery, _, permit) in runnable {
                 let _ = settle_tx.send((defer(delivery), permit));
             }

@@ -168,3 +168,173 @@ pub fn idempotency_key(delivery: &Delivery, spec: &HandlerSpec) -> Option<String
     };
     Some(derived.unwrap_or_else(|| delivery.key.clone()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Backoff;
+    use crate::runtime::Failure;
+
+    fn spec() -> HandlerSpec {
+        let mut spec = HandlerSpec::defaults("orders").unwrap();
+        spec.retry.max_attempts = 3;
+        spec.retry.backoff = Backoff::Fixed(vec![Duration::from_secs(7)]);
+        spec
+    }
+
+    fn delivery(attempt: u32, payload: &str) -> Delivery {
+        Delivery {
+            id: "m1".into(),
+            queue: "orders".into(),
+            key: "k1".into(),
+            payload: payload.as_bytes().to_vec(),
+            headers: vec![("Order-Id".into(), "o-9".into())],
+            attempt,
+            enqueued_at_ms: 0,
+            last_error: None,
+            receipt: "r".into(),
+            lease_until_ms: u64::MAX,
+        }
+    }
+
+    fn ended(result: Result<Outcome, Failure>, publishes: Vec<NewMessage>) -> Invocation {
+        Invocation { result, publishes }
+    }
+
+    fn settle(attempt: u32, result: Result<Outcome, Failure>) -> Settlement {
+        let publishes = vec![NewMessage::new("next", "x")];
+        let d = delivery(attempt, "{}");
+        settlement_for(
+            d,
+            ended(result, publishes),
+            &spec(),
+            Some("k1".into()),
+            "v1",
+            0.5,
+        )
+    }
+
+    #[test]
+    fn done_records_the_key_for_its_retention_and_keeps_the_publishes() {
+        let Settlement::Done { key, publishes, .. } = settle(1, Ok(Outcome::Done)) else {
+            panic!("not done");
+        };
+        assert_eq!(key, Some(("k1".into(), spec().idempotency.retention)));
+        assert_eq!(publishes, vec![NewMessage::new("next", "x")]);
+    }
+
+    #[test]
+    fn a_retry_waits_by_the_policy_or_the_guest_and_keeps_the_error() {
+        let Settlement::Retry {
+            delay, error, key, ..
+        } = settle(1, Ok(Outcome::Retry(None)))
+        else {
+            panic!("not a retry");
+        };
+        assert_eq!(
+            (delay, key.as_deref()),
+            (Duration::from_secs(7), Some("k1"))
+        );
+        assert_eq!(error, "handler asked for a retry");
+        let asked = Ok(Outcome::Retry(Some(Duration::from_millis(250))));
+        let Settlement::Retry { delay, .. } = settle(2, asked) else {
+            panic!("not a retry");
+        };
+        assert_eq!(delay, Duration::from_millis(250));
+        let trap = Err(Failure::Trap("unreachable".into()));
+        let Settlement::Retry { error, .. } = settle(1, trap) else {
+            panic!("not a retry");
+        };
+        assert_eq!(error, "trap: unreachable");
+    }
+
+    #[test]
+    fn the_last_attempt_dies_with_its_error_and_drops_the_publishes() {
+        let timeout = Err(Failure::Timeout("timed out after 5s".into()));
+        let Settlement::Dead {
+            reason,
+            error,
+            handler_version,
+            key,
+            notice,
+            ..
+        } = settle(3, timeout)
+        else {
+            panic!("not dead");
+        };
+        assert_eq!(reason, "gave up after 3 attempt(s)");
+        assert_eq!(error.as_deref(), Some("timeout: timed out after 5s"));
+        assert_eq!(
+            (handler_version.as_deref(), key.as_deref()),
+            (Some("v1"), Some("k1"))
+        );
+        assert!(notice.is_none(), "no on_dead queue, no notice");
+        let Settlement::Dead { error, .. } = settle(3, Ok(Outcome::Retry(None))) else {
+            panic!("not dead");
+        };
+        assert_eq!(error.as_deref(), Some("handler asked for a retry"));
+    }
+
+    #[test]
+    fn a_reject_dies_at_once_with_a_notice_for_on_dead() {
+        let mut spec = spec();
+        spec.on_dead = Some("orders-dead".into());
+        let reject = ended(Ok(Outcome::Reject("bad sku".into())), Vec::new());
+        let s = settlement_for(delivery(1, "{}"), reject, &spec, None, "v1", 0.0);
+        let Settlement::Dead {
+            reason,
+            error,
+            notice,
+            ..
+        } = s
+        else {
+            panic!("not dead");
+        };
+        assert_eq!((reason.as_str(), error), ("rejected: bad sku", None));
+        let notice = notice.expect("a notice");
+        assert_eq!(notice.queue, "orders-dead");
+        assert_eq!(notice.headers, [("dead-letter-of".into(), "m1".into())]);
+        let body: serde_json::Value = serde_json::from_slice(&notice.payload).unwrap();
+        assert_eq!(body["reason"], "rejected: bad sku");
+        assert_eq!(
+            (body["id"].as_str(), body["attempts"].as_u64()),
+            (Some("m1"), Some(1))
+        );
+    }
+
+    #[test]
+    fn the_idempotency_key_comes_from_where_the_spec_says() {
+        let mut spec = spec();
+        let d = delivery(1, r#"{"order": {"id": 42, "sku": "a-1", "tags": []}}"#);
+        assert_eq!(idempotency_key(&d, &spec).as_deref(), Some("k1"));
+        spec.idempotency.source = KeySource::Header("order-id".into());
+        assert_eq!(
+            idempotency_key(&d, &spec).as_deref(),
+            Some("o-9"),
+            "any case"
+        );
+        spec.idempotency.source = KeySource::Header("missing".into());
+        assert_eq!(
+            idempotency_key(&d, &spec).as_deref(),
+            Some("k1"),
+            "falls back"
+        );
+        for (pointer, want) in [
+            ("/order/id", "42"),
+            ("/order/sku", "a-1"),
+            ("/order/tags", "k1"),
+            ("/nothing", "k1"),
+        ] {
+            spec.idempotency.source = KeySource::Pointer(pointer.into());
+            assert_eq!(
+                idempotency_key(&d, &spec).as_deref(),
+                Some(want),
+                "{pointer}"
+            );
+        }
+        let not_json = delivery(1, "plain text");
+        assert_eq!(idempotency_key(&not_json, &spec).as_deref(), Some("k1"));
+        spec.idempotency.enabled = false;
+        assert_eq!(idempotency_key(&d, &spec), None);
+    }
+}

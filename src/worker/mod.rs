@@ -18,8 +18,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
-use crate::broker::{Broker, Settlement};
+use crate::broker::{Queue, Settlement};
 use crate::config::HandlerSpec;
+use crate::error::chain;
 use crate::message::Delivery;
 use crate::runtime::{Handler, Invocation};
 
@@ -60,8 +61,9 @@ pub struct WorkerStats {
     pub handled: AtomicU64,
 }
 
+/// The dispatch loop of one queue for one handler version: see the module.
 pub struct QueueWorker {
-    pub broker: Arc<dyn Broker>,
+    pub broker: Arc<dyn Queue>,
     pub dispatch: Arc<dyn Dispatch>,
     pub spec: Arc<HandlerSpec>,
     pub stats: Arc<WorkerStats>,
@@ -77,7 +79,7 @@ type Job = (Delivery, Option<String>, OwnedSemaphorePermit);
 type Jobs = Arc<Mutex<mpsc::UnboundedReceiver<Job>>>;
 
 impl QueueWorker {
-    pub fn new(broker: Arc<dyn Broker>, dispatch: Arc<dyn Dispatch>, spec: HandlerSpec) -> Self {
+    pub fn new(broker: Arc<dyn Queue>, dispatch: Arc<dyn Dispatch>, spec: HandlerSpec) -> Self {
         QueueWorker {
             broker,
             dispatch,
@@ -181,7 +183,7 @@ impl QueueWorker {
                     batch
                 }
                 Err(e) => {
-                    tracing::error!(queue = %spec.queue, error = %e, "receive failed; retrying in {broker_backoff:?}");
+                    tracing::error!(queue = %spec.queue, error = %chain(&e), "receive failed; retrying in {broker_backoff:?}");
                     drop(permits);
                     if sleep_or_stop(stop, broker_backoff).await {
                         return;

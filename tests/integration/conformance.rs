@@ -378,36 +378,15 @@ pub async fn stats_cover_every_queue(b: Arc<dyn Broker>) {
     assert_eq!((bq.ready, bq.in_flight, bq.delayed), (0, 0, 1));
 }
 
-/// Run each named check, an `async fn(Arc<dyn Broker>)` of the calling
-/// module, once on every backend: `mod sqlite_broker`, `mod redis_broker`
-/// and `mod redis_cluster_broker` get one test each. A module of checks
-/// ends with one call of this.
-macro_rules! on_every_backend {
-    ($($name:ident),* $(,)?) => {
-        on_every_backend!(@backend sqlite_broker, sqlite; $($name),*);
-        on_every_backend!(@backend redis_broker, redis; $($name),*);
-        on_every_backend!(@backend redis_cluster_broker, redis_cluster; $($name),*);
-    };
-    (@backend $backend:ident, $make:ident; $($name:ident),*) => {
-        mod $backend {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    let (_guard, broker) = crate::conformance::$make().await;
-                    super::$name(broker).await;
-                }
-            )*
-        }
-    };
-}
-
-async fn sqlite() -> (tempfile::TempDir, Arc<dyn Broker>) {
+/// The backends `on_every_backend!(broker: ...)` runs each check on, each
+/// with what must live as long as the broker.
+pub async fn sqlite() -> (tempfile::TempDir, Arc<dyn Broker>) {
     let dir = tempfile::tempdir().unwrap();
     let broker = sluice::broker::SqliteBroker::open(dir.path().join("broker.db")).unwrap();
     (dir, Arc::new(broker))
 }
 
-async fn redis() -> (RedisServer, Arc<dyn Broker>) {
+pub async fn redis() -> (RedisServer, Arc<dyn Broker>) {
     let server = RedisServer::start();
     let broker = sluice::broker::RedisBroker::connect(&server.url())
         .await
@@ -415,7 +394,7 @@ async fn redis() -> (RedisServer, Arc<dyn Broker>) {
     (server, Arc::new(broker))
 }
 
-async fn redis_cluster() -> (RedisCluster, Arc<dyn Broker>) {
+pub async fn redis_cluster() -> (RedisCluster, Arc<dyn Broker>) {
     let cluster = RedisCluster::start();
     let broker = sluice::broker::RedisBroker::connect(&cluster.url())
         .await
@@ -427,7 +406,7 @@ async fn redis_cluster() -> (RedisCluster, Arc<dyn Broker>) {
     (cluster, Arc::new(broker))
 }
 
-on_every_backend!(
+on_every_backend!(broker:
     publish_and_receive_in_order,
     receive_respects_batch_size,
     expired_lease_redelivers_and_counts_an_attempt,
@@ -443,8 +422,8 @@ on_every_backend!(
     dead_notice_is_published_with_the_dead_letter,
 );
 
-// More checks, a module per area, run through `on_every_backend!` on the
-// same backends (declared after the macro, which they use).
+// More checks, a module per area, each run through `on_every_backend!` on
+// the same backends.
 mod keys;
 mod kv;
 mod replay;

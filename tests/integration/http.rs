@@ -295,7 +295,7 @@ fn stalled_request_times_out(env: Env) {
     }
 }
 
-on_every_broker!(
+on_every_backend!(env:
     allowed_host_is_reached,
     other_hosts_are_refused,
     stalled_request_times_out,

@@ -127,7 +127,7 @@ fn kv_ttl_expires_end_to_end(env: Env) {
     assert!(logged(&log, "kv_a", "del brief = false"), "{log}");
 }
 
-on_every_broker!(
+on_every_backend!(env:
     kv_handlers_are_isolated,
     kv_without_grant_is_a_clear_error_and_the_host_keeps_serving,
     kv_limits_are_errors_the_guest_sees,
@@ -170,7 +170,7 @@ fn kv_call_stuck_in_the_host_times_out() {
     rt.block_on(async {
         let runtime = Runtime::new().unwrap();
         let cache = sluice::cache::CompileCache::new(&runtime, None);
-        let handler = sluice::registry::load_file(&runtime, &cache, "kv_a", &wasm, 1 << 20)
+        let handler = sluice::loader::load_file(&runtime, &cache, "kv_a", &wasm, 1 << 20)
             .unwrap()
             .with_kv(Arc::new(Stuck));
         for payload in ["get k", "incr n 1"] {

@@ -8,15 +8,40 @@
 //! Where new tests go: a new capability gets a new module here; shared
 //! helpers live in `support`.
 
-/// Run each named scenario, a `fn(Env)`, on the embedded broker and on a
-/// Redis of its own: `mod sqlite` and `mod redis` get one test each.
-macro_rules! on_every_broker {
-    ($($name:ident),* $(,)?) => {
+/// Run each named test once on every backend. Two kinds of test take part:
+///
+/// * `on_every_backend!(env: a, b)`: scenarios, a `fn(Env)` each, that drive
+///   hosts end to end. `mod sqlite` and `mod redis` get one test each, on
+///   the embedded broker and on a Redis of the test's own.
+/// * `on_every_backend!(broker: a, b)`: broker checks, an
+///   `async fn(Arc<dyn Broker>)` each (the conformance suite). `mod
+///   sqlite_broker`, `mod redis_broker` and `mod redis_cluster_broker` get
+///   one test each.
+///
+/// A module of either ends with one call of this.
+macro_rules! on_every_backend {
+    (env: $($name:ident),* $(,)?) => {
         mod sqlite {
             $( #[test] fn $name() { super::$name(crate::support::Env::new()) } )*
         }
         mod redis {
             $( #[test] fn $name() { super::$name(crate::support::Env::redis()) } )*
+        }
+    };
+    (broker: $($name:ident),* $(,)?) => {
+        on_every_backend!(@broker sqlite_broker, sqlite; $($name),*);
+        on_every_backend!(@broker redis_broker, redis; $($name),*);
+        on_every_backend!(@broker redis_cluster_broker, redis_cluster; $($name),*);
+    };
+    (@broker $backend:ident, $make:ident; $($name:ident),*) => {
+        mod $backend {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let (_guard, broker) = crate::conformance::$make().await;
+                    super::$name(broker).await;
+                }
+            )*
         }
     };
 }
@@ -28,6 +53,7 @@ mod hostile;
 mod http;
 mod kv;
 mod languages;
+mod layout;
 mod outcomes;
 mod redis;
 mod redis_support;

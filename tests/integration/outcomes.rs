@@ -307,7 +307,7 @@ fn on_dead_notice_arrives_with_the_dead_letter(env: Env) {
     assert_eq!(notices[0]["handler_version"], version);
 }
 
-on_every_broker!(
+on_every_backend!(env:
     on_dead_notice_arrives_with_the_dead_letter,
     done_acks_and_counts,
     retry_then_done_and_publish_arrives_on_other_queue,
@@ -321,3 +321,60 @@ on_every_broker!(
     queue_without_handler_keeps_its_messages,
     reuse_mode_handles_every_message,
 );
+
+/// A settlement the broker refuses (here a SQLite trigger refuses to store
+/// rejected messages as dead letters) is given up on its own: the messages
+/// settled after it are not held up behind it, and the refused message is
+/// not lost but stays leased, to be delivered again when its lease expires.
+/// (SQLite only: a trigger is how a test makes a real broker refuse one
+/// entry and take the rest.)
+#[test]
+fn a_refused_settlement_does_not_hold_up_the_messages_after_it() {
+    let env = Env::new();
+    // A lease far longer than the test: the refused message stays leased.
+    env.deploy(
+        "orders",
+        "orders",
+        Some(&format!("lease = \"10m\"\n{ORDERS}")),
+    );
+    let poison = env.send("orders", "not json", &[]);
+    rusqlite::Connection::open(&env.db)
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER refuse_rejects BEFORE INSERT ON dead
+             WHEN NEW.reason LIKE 'rejected:%'
+             BEGIN SELECT RAISE(ABORT, 'this test refuses rejected messages'); END;",
+        )
+        .unwrap();
+    let log = env.dir.path().join("run.log");
+    let mut host = env.spawn_run(&log);
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    crate::support::wait_until(Duration::from_secs(20), "the refusal", || {
+        read_log().contains("the broker refused to settle this message")
+    });
+    for id in 1..=3 {
+        env.send("orders", &format!(r#"{{"id": {id}}}"#), &[]);
+    }
+    let started = Instant::now();
+    while env.count("orders", "done") < 3 {
+        if started.elapsed() > Duration::from_secs(20) {
+            host.kill().unwrap();
+            panic!(
+                "the messages after the refused one were not settled:\n{}",
+                read_log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    host.kill().unwrap();
+    host.wait().unwrap();
+    let orders = &env.stats()["orders"];
+    assert_eq!(
+        orders["in_flight"], 1,
+        "the refused message is leased: {orders}"
+    );
+    assert_eq!(orders["dead"], 0, "{orders}");
+    let refusals = lines_with(&read_log(), "refused to settle this message").len();
+    assert_eq!(refusals, 1, "given up once, not retried:\n{}", read_log());
+    assert!(read_log().contains(&poison), "the log names the message");
+}

@@ -284,7 +284,7 @@ fn replay_takes_older_than_limit_and_ids(env: Env) {
     );
 }
 
-on_every_broker!(
+on_every_backend!(env:
     scheduled_redrive_until_max_redrives,
     replay_takes_older_than_limit_and_ids,
 );

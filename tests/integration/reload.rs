@@ -38,7 +38,7 @@ fn variant(bytes: &[u8], tag: &str, pad: usize) -> Vec<u8> {
 }
 
 fn version_of(bytes: &[u8]) -> String {
-    sluice::registry::content_hash(bytes)
+    sluice::loader::content_hash(bytes)
 }
 
 /// Deploy the safe way: write aside, then rename into place.
@@ -87,7 +87,7 @@ fn start(env: &Env, log: &Path) -> Child {
     let mut cmd = env.command(&["run", "--handlers", &handlers]);
     cmd.env(
         "SLUICE_LOG",
-        "info,sluice::worker=debug,sluice::registry=debug",
+        "info,sluice::worker=debug,sluice::loader=debug",
     )
     .stdout(std::process::Stdio::null())
     .stderr(std::fs::File::create(log).unwrap());
@@ -232,7 +232,7 @@ fn remove_and_readd(env: Env) {
     stop(host);
 }
 
-on_every_broker!(
+on_every_backend!(env:
     replace_twenty_times_while_messages_flow,
     broken_files_leave_the_old_version_serving,
     remove_and_readd

@@ -292,7 +292,7 @@ fn a_handler_refused_for_its_queue_binds_no_topics(env: Env) {
     );
 }
 
-on_every_broker!(
+on_every_backend!(env:
     a_handler_refused_for_its_queue_binds_no_topics,
     subscribers_are_bound_before_any_handler_serves,
     fan_out_to_two_handlers_with_independent_failure,

@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use redis::Value;
 
 use crate::broker::DeadLetter;
+use crate::broker::codec::{decode_headers, lease_expired};
 use crate::message::{Delivery, now_ms};
 
 /// The fields of one stream entry, parsed once.
@@ -79,18 +80,14 @@ impl Entry {
     fn headers(&self) -> Vec<(String, String)> {
         self.headers
             .as_deref()
-            .and_then(|h| serde_json::from_slice(h).ok())
-            .unwrap_or_default()
+            .map_or_else(Vec::new, decode_headers)
     }
 
     /// The delivery of this entry on its `count`-th delivery.
     pub fn into_delivery(mut self, queue: &str, count: u64, lease_until_ms: u64) -> Delivery {
         let attempt = (self.attempts + count) as u32;
         let last_error = if count > 1 {
-            Some(format!(
-                "lease expired: attempt {} was not settled in time (host stopped or lost)",
-                attempt - 1
-            ))
+            Some(lease_expired(attempt - 1))
         } else {
             self.last_error.take()
         };
@@ -281,11 +278,7 @@ pub fn parse_receipt(receipt: &str) -> (&str, &str) {
 
 /// Headers as the entry field `h`: JSON pairs, or empty when there are none.
 pub fn encode_headers(headers: &[(String, String)]) -> String {
-    if headers.is_empty() {
-        String::new()
-    } else {
-        serde_json::to_string(headers).expect("string pairs always serialize")
-    }
+    crate::broker::codec::encode_headers(headers).unwrap_or_default()
 }
 
 #[cfg(test)]

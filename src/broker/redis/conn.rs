@@ -45,6 +45,7 @@ impl ConnectionLike for Conn {
     }
 }
 
+/// Where new connections come from: one Redis, or a cluster.
 #[derive(Clone)]
 pub(super) enum Client {
     Single(redis::Client),
@@ -52,6 +53,36 @@ pub(super) enum Client {
 }
 
 impl Client {
+    /// The client for `url`, and whether it is a cluster: a node with
+    /// cluster mode on is used through a cluster-aware client.
+    pub(super) async fn open(url: &str) -> anyhow::Result<(Client, bool)> {
+        let single =
+            redis::Client::open(url).map_err(|e| anyhow::anyhow!("bad Redis URL {url:?}: {e}"))?;
+        let mut probe = tokio::time::timeout(
+            Duration::from_secs(5),
+            single.get_multiplexed_async_connection(),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("cannot connect to Redis at {url}: timed out"))?
+        .map_err(|e| anyhow::anyhow!("cannot connect to Redis at {url}: {e}"))?;
+        let info: String = redis::cmd("INFO")
+            .arg("cluster")
+            .query_async(&mut probe)
+            .await
+            .map_err(|e| anyhow::anyhow!("Redis at {url} did not answer INFO: {e}"))?;
+        if !info.contains("cluster_enabled:1") {
+            return Ok((Client::Single(single), false));
+        }
+        let cluster = redis::cluster::ClusterClientBuilder::new(vec![url])
+            .retries(6)
+            .connection_timeout(Duration::from_secs(2))
+            .response_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| anyhow::anyhow!("bad Redis Cluster URL {url:?}: {e}"))?;
+        Ok((Client::Cluster(Box::new(cluster)), true))
+    }
+
+    /// A new connection that reconnects on its own.
     pub(super) async fn connect(&self) -> redis::RedisResult<Conn> {
         match self {
             Client::Single(c) => {
@@ -69,10 +100,22 @@ impl Client {
     }
 }
 
+/// A Redis error as a broker error: a connection that failed, dropped or
+/// timed out, or a node that is loading, resharding or failing over, may
+/// answer the same command later; anything else (a script error, a missing
+/// permission, a wrong type) is this command's own failure.
 pub(super) fn classify(e: RedisError) -> BrokerError {
-    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_connection_refusal() {
-        BrokerError::Unavailable(format!("Redis: {e}"))
+    let transient = e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || e.is_connection_refusal()
+        || matches!(
+            e.code(),
+            Some("LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "BUSY")
+        );
+    if transient {
+        BrokerError::unavailable("Redis", e)
     } else {
-        BrokerError::Storage(format!("Redis: {e}"))
+        BrokerError::refused("Redis", e)
     }
 }

@@ -11,6 +11,7 @@ use redis::Value;
 use tokio::sync::Notify;
 
 use super::conn::Conn;
+use super::queue::group_by_queue;
 use super::{QUEUES_KEY, QueueKeys, codec, key, scripts};
 
 /// How long the relay's markers remember a relayed publish.
@@ -81,31 +82,9 @@ pub(super) async fn relay_queue(mut conn: Conn, queue: &str) -> redis::RedisResu
             return Ok(());
         }
         // One script per target queue: its keys share that queue's slot.
-        let mut by_target: Vec<(&str, Vec<&codec::Held>)> = Vec::new();
-        for h in &held {
-            match by_target.iter_mut().find(|(q, _)| *q == h.queue) {
-                Some((_, list)) => list.push(h),
-                None => by_target.push((&h.queue, vec![h])),
-            }
-        }
+        let by_target = group_by_queue(&held, |&h| h.queue.as_str());
         for (target, list) in &by_target {
-            let keys = QueueKeys::new(target);
-            let mut script = scripts::PUBLISH.prepare_invoke();
-            script
-                .key(&keys.stream)
-                .key(&keys.delayed)
-                .key(&keys.bodies)
-                .arg(RELAY_MARKER_TTL.as_millis() as u64);
-            for h in list {
-                script
-                    .key(key(target, &format!("relayed:{}", h.id)))
-                    .arg(&h.id)
-                    .arg(&h.key)
-                    .arg(&h.payload)
-                    .arg(&h.headers)
-                    .arg(h.delay_ms);
-            }
-            script.invoke_async::<()>(&mut conn).await?;
+            enqueue_held(&mut conn, target, list).await?;
         }
         let targets: Vec<&str> = by_target.iter().map(|(q, _)| *q).collect();
         redis::cmd("SADD")
@@ -120,4 +99,29 @@ pub(super) async fn relay_queue(mut conn: Conn, queue: &str) -> redis::RedisResu
             .query_async::<()>(&mut conn)
             .await?;
     }
+}
+
+/// Enqueue held publishes on `target`, each guarded by its marker key.
+async fn enqueue_held(
+    conn: &mut Conn,
+    target: &str,
+    held: &[&codec::Held],
+) -> redis::RedisResult<()> {
+    let keys = QueueKeys::new(target);
+    let mut script = scripts::PUBLISH.prepare_invoke();
+    script
+        .key(&keys.stream)
+        .key(&keys.delayed)
+        .key(&keys.bodies)
+        .arg(RELAY_MARKER_TTL.as_millis() as u64);
+    for h in held {
+        script
+            .key(key(target, &format!("relayed:{}", h.id)))
+            .arg(&h.id)
+            .arg(&h.key)
+            .arg(&h.payload)
+            .arg(&h.headers)
+            .arg(h.delay_ms);
+    }
+    script.invoke_async::<()>(conn).await
 }

@@ -25,7 +25,7 @@
 //!
 //! The hot path of a batch that only acks (done with an idempotency key and
 //! no publishes, or duplicates) runs without a script: see `settle_plain`
-//! in `settle.rs`. Scripts cost Redis a Lua call per command, which is more than
+//! in `queue.rs`. Scripts cost Redis a Lua call per command, which is more than
 //! the command itself.
 
 use std::sync::LazyLock;

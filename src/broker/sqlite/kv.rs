@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::SqliteBroker;
-use super::store::storage;
+use super::classify;
 use crate::broker::Result;
 use crate::broker::kv::{KvStore, check_ttl, not_an_integer, overflow, parse_integer};
 use crate::message::now_ms;
@@ -47,7 +47,7 @@ fn live(conn: &Connection, scope: &str, key: &str) -> Result<Option<(Vec<u8>, Op
         })
         .optional()
     })
-    .map_err(storage)
+    .map_err(classify)
 }
 
 fn put(
@@ -61,7 +61,7 @@ fn put(
         "INSERT OR REPLACE INTO kv (scope, key, value, expires_at) VALUES (?1, ?2, ?3, ?4)",
     )
     .and_then(|mut s| s.execute(params![scope, key, value, expires]))
-    .map_err(storage)?;
+    .map_err(classify)?;
     Ok(())
 }
 
@@ -96,7 +96,7 @@ impl KvStore for SqliteBroker {
             // An expired row goes too: it is as good as gone already.
             conn.prepare_cached("DELETE FROM kv WHERE scope = ?1 AND key = ?2")
                 .and_then(|mut s| s.execute(params![scope, key]))
-                .map_err(storage)?;
+                .map_err(classify)?;
             Ok(was_live)
         })
         .await

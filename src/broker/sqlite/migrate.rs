@@ -1,9 +1,12 @@
-//! Upgrading broker files written by earlier versions of sluice. `SCHEMA`
-//! creates whatever is missing, but `CREATE TABLE IF NOT EXISTS` leaves an
-//! existing table as it was: columns added since are added here, so a file
-//! from an earlier version opens with its messages and dead letters intact.
+//! Creating a broker file's tables and upgrading files written by earlier
+//! versions of sluice. Each role's `SCHEMA` creates whatever is missing, but
+//! `CREATE TABLE IF NOT EXISTS` leaves an existing table as it was: columns
+//! added since are added here, so a file from an earlier version opens with
+//! its messages and dead letters intact.
 
 use rusqlite::Connection;
+
+use super::{dead, kv, presence, queue, topics};
 
 /// The schema version this build writes (`PRAGMA user_version`).
 pub(super) const VERSION: i64 = 2;
@@ -15,6 +18,21 @@ const ADDED: &[(&str, &str, &str)] = &[
     ("messages", "redrives", "INTEGER NOT NULL DEFAULT 0"),
     ("dead", "redrives", "INTEGER NOT NULL DEFAULT 0"),
 ];
+
+/// Create every role's tables that are missing, then bring the file up to
+/// [`VERSION`].
+pub(super) fn prepare(conn: &Connection) -> anyhow::Result<()> {
+    for schema in [
+        queue::SCHEMA,
+        dead::SCHEMA,
+        presence::SCHEMA,
+        kv::SCHEMA,
+        topics::SCHEMA,
+    ] {
+        conn.execute_batch(schema)?;
+    }
+    upgrade(conn)
+}
 
 /// Bring the file up to [`VERSION`]. A file at it already is left alone,
 /// without taking the write lock; a file written by a newer sluice is
@@ -62,7 +80,7 @@ fn has_column(conn: &Connection, table: &str, column: &str) -> rusqlite::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::{Broker, ReplaySelector, SqliteBroker};
+    use crate::broker::{DeadLetters, Queue, ReplaySelector, SqliteBroker};
 
     /// The two tables as version 1 wrote them, before `redrives`.
     const VERSION_1: &str = "

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, params};
 
 use super::SqliteBroker;
-use super::store::storage;
+use super::classify;
 use crate::broker::{Result, TopicStore};
 use crate::topic::{Binding, TopicStats};
 
@@ -44,13 +44,13 @@ fn select(conn: &Connection, topic: Option<&str>) -> Result<Vec<Binding>> {
             "SELECT topic, queue, pattern, origin FROM bindings
              WHERE ?1 IS NULL OR topic = ?1 ORDER BY topic, queue, pattern",
         )
-        .map_err(storage)?;
+        .map_err(classify)?;
     let rows = stmt
         .query_map([topic], |r| {
             Ok(row(r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
         })
-        .map_err(storage)?;
-    rows.collect::<rusqlite::Result<_>>().map_err(storage)
+        .map_err(classify)?;
+    rows.collect::<rusqlite::Result<_>>().map_err(classify)
 }
 
 fn upsert(conn: &Connection, bindings: &[Binding]) -> Result<()> {
@@ -59,11 +59,11 @@ fn upsert(conn: &Connection, bindings: &[Binding]) -> Result<()> {
             "INSERT INTO bindings (topic, queue, pattern, origin) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (topic, queue, pattern) DO UPDATE SET origin = excluded.origin",
         )
-        .map_err(storage)?;
+        .map_err(classify)?;
     for b in bindings {
         let pattern = b.pattern.as_deref().unwrap_or(CATCH_ALL);
         stmt.execute(params![b.topic, b.queue, pattern, b.origin])
-            .map_err(storage)?;
+            .map_err(classify)?;
     }
     Ok(())
 }
@@ -95,7 +95,7 @@ impl TopicStore for SqliteBroker {
                     "DELETE FROM bindings WHERE topic = ?1 AND queue = ?2 AND (?3 OR pattern = ?4)",
                     params![topic, queue, all, pattern],
                 )
-                .map_err(storage)?;
+                .map_err(classify)?;
             Ok(n as u64)
         })
         .await
@@ -106,7 +106,7 @@ impl TopicStore for SqliteBroker {
         let bindings = bindings.to_vec();
         self.call(move |conn| {
             conn.execute("DELETE FROM bindings WHERE origin = ?1", [&origin])
-                .map_err(storage)?;
+                .map_err(classify)?;
             upsert(conn, &bindings)
         })
         .await
@@ -120,7 +120,7 @@ impl TopicStore for SqliteBroker {
                  ON CONFLICT (topic) DO UPDATE SET unmatched = unmatched + excluded.unmatched",
                 params![topic, n as i64],
             )
-            .map_err(storage)?;
+            .map_err(classify)?;
             Ok(())
         })
         .await
@@ -131,12 +131,12 @@ impl TopicStore for SqliteBroker {
             let mut out: Vec<TopicStats> = Vec::new();
             let mut stmt = conn
                 .prepare_cached("SELECT topic, unmatched FROM topic_counts")
-                .map_err(storage)?;
+                .map_err(classify)?;
             let counts = stmt
                 .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
-                .map_err(storage)?;
+                .map_err(classify)?;
             for c in counts {
-                let (topic, unmatched) = c.map_err(storage)?;
+                let (topic, unmatched) = c.map_err(classify)?;
                 out.push(TopicStats {
                     topic,
                     unmatched: unmatched as u64,

@@ -106,7 +106,7 @@ pub async fn the_client_publishes_with_options(b: Arc<dyn Broker>) {
     }
 }
 
-on_every_backend!(
+on_every_backend!(broker:
     a_late_plain_done_counts_as_a_duplicate,
     a_redelivered_message_takes_its_key_over,
     the_client_publishes_with_options,

@@ -209,7 +209,7 @@ pub async fn kv_scopes_are_isolated(b: Arc<dyn Broker>) {
     }
 }
 
-on_every_backend!(
+on_every_backend!(broker:
     kv_set_get_overwrite,
     kv_ttl_expires_and_set_replaces_it,
     kv_delete_says_whether_it_was_set,

@@ -300,7 +300,7 @@ pub async fn concurrent_redrives_move_each_dead_letter_once(b: Arc<dyn Broker>) 
     assert!(dead_ids(&*b, "q").await.0.is_empty());
 }
 
-on_every_backend!(
+on_every_backend!(broker:
     replay_cut_off_takes_only_those_dead_long_enough,
     replay_limit_takes_those_that_died_first,
     replay_ids_combine_with_cut_off_and_limit,

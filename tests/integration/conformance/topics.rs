@@ -171,7 +171,7 @@ pub async fn topic_publish_copies_to_matching_queues(b: Arc<dyn Broker>) {
     }
 }
 
-on_every_backend!(
+on_every_backend!(broker:
     bindings_are_stored_listed_and_removed,
     replacing_an_origins_bindings_leaves_the_others,
     topic_publish_copies_to_matching_queues,

@@ -1,0 +1,63 @@
+//! Binding sync: the broker's topic bindings made what the handlers'
+//! sidecars declare. A handler's `[[subscribe]]` tables are its bindings,
+//! stored with its origin (`handler:NAME`), so a changed sidecar replaces
+//! them as a set; bindings made on the command line are left alone.
+//!
+//! Bindings are written before a handler serves (and, for every sidecar in
+//! the directory, before any handler serves: a publisher must not start
+//! before its subscribers are bound), and again every [`STATUS_EVERY`], so
+//! that bindings lost with a broker's data come back.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use crate::broker::{STATUS_EVERY, TopicStore};
+use crate::config::HandlerSpec;
+use crate::error::chain;
+use crate::loader::load_spec;
+use crate::topic::Binding;
+
+/// Make the broker's bindings from this handler's sidecar exactly those its
+/// `[[subscribe]]` tables declare. A broker that is away is tried again
+/// with the next sync.
+pub async fn bind(store: &dyn TopicStore, spec: &HandlerSpec) {
+    let origin = Binding::origin_of_handler(&spec.name);
+    let bindings: Vec<Binding> = spec
+        .subscriptions
+        .iter()
+        .map(|s| Binding {
+            topic: s.topic.clone(),
+            queue: spec.queue.clone(),
+            pattern: s.pattern.clone(),
+            origin: origin.clone(),
+        })
+        .collect();
+    if let Err(e) = store.replace_bindings(&origin, &bindings).await {
+        tracing::error!(handler = %spec.name, "could not bind its topics: {}; trying again in {STATUS_EVERY:?}", chain(&e));
+    }
+}
+
+/// Bind the topics of every spec in turn.
+pub async fn bind_all(store: &dyn TopicStore, specs: &[HandlerSpec]) {
+    for spec in specs {
+        bind(store, spec).await;
+    }
+}
+
+/// Bind the topics of the handlers `names` in `dir` from their sidecars
+/// alone, before any of them serves: a handler that publishes to a topic
+/// must not start before the handlers that subscribe to it are bound,
+/// whatever order they load in. A sidecar that does not parse is left to
+/// the load, which reports it. Of two sidecars naming one queue, only the
+/// first name's is bound, as only the first loads.
+pub async fn bind_sidecars(store: &dyn TopicStore, dir: &Path, names: &[String]) {
+    let mut queues = BTreeSet::new();
+    for name in names {
+        let sidecar = dir.join(format!("{name}.toml"));
+        if let Ok(spec) = load_spec(name, &sidecar)
+            && queues.insert(spec.queue.clone())
+        {
+            bind(store, &spec).await;
+        }
+    }
+}

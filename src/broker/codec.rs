@@ -1,0 +1,78 @@
+//! What every backend writes the same way: the text of a lost lease, headers
+//! as stored, and handler statuses as JSON. Kept here once, so that a
+//! delivery, a dead letter or a status report reads the same on every
+//! backend.
+
+use super::HandlerStatus;
+
+/// The last error of a delivery whose previous attempt's lease ran out
+/// before it was settled.
+pub fn lease_expired(attempt: u32) -> String {
+    format!("lease expired: attempt {attempt} was not settled in time (host stopped or lost)")
+}
+
+/// Headers as stored: JSON pairs, or `None` when there are none.
+pub fn encode_headers(headers: &[(String, String)]) -> Option<String> {
+    (!headers.is_empty())
+        .then(|| serde_json::to_string(headers).expect("string pairs always serialize"))
+}
+
+/// Headers as [`encode_headers`] stored them. Anything else reads as none.
+pub fn decode_headers(stored: &[u8]) -> Vec<(String, String)> {
+    serde_json::from_slice(stored).unwrap_or_default()
+}
+
+/// One handler status as stored.
+pub fn encode_status(status: &HandlerStatus) -> String {
+    serde_json::to_string(status).expect("statuses serialize")
+}
+
+/// One handler status as [`encode_status`] stored it; `None` when it does
+/// not parse (written by a sluice that reports other fields).
+pub fn decode_status(stored: &[u8]) -> Option<HandlerStatus> {
+    serde_json::from_slice(stored).ok()
+}
+
+/// One host's handler statuses as stored together.
+pub fn encode_statuses(statuses: &[HandlerStatus]) -> String {
+    serde_json::to_string(statuses).expect("statuses serialize")
+}
+
+/// A host's handler statuses as [`encode_statuses`] stored them; none when
+/// they do not parse.
+pub fn decode_statuses(stored: &[u8]) -> Vec<HandlerStatus> {
+    serde_json::from_slice(stored).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_round_trip_and_none_is_stored_as_nothing() {
+        assert_eq!(encode_headers(&[]), None);
+        let h = vec![("a".to_string(), "b".to_string())];
+        let stored = encode_headers(&h).unwrap();
+        assert_eq!(decode_headers(stored.as_bytes()), h);
+        assert!(decode_headers(b"not json").is_empty());
+        assert!(decode_headers(b"").is_empty());
+    }
+
+    #[test]
+    fn statuses_round_trip() {
+        let s = HandlerStatus {
+            host: "h-1".into(),
+            handler: "hello".into(),
+            queue: Some("hello".into()),
+            version: Some("0123456789abcdef".into()),
+            refusals: 2,
+            last_refusal: Some("bad".into()),
+            updated_at_ms: 7,
+        };
+        assert_eq!(decode_status(encode_status(&s).as_bytes()), Some(s.clone()));
+        let list = vec![s.clone(), s];
+        assert_eq!(decode_statuses(encode_statuses(&list).as_bytes()), list);
+        assert_eq!(decode_status(b"{}"), None);
+        assert!(decode_statuses(b"[").is_empty());
+    }
+}

@@ -1,0 +1,61 @@
+//! What can go wrong in a broker call, sorted by what the caller should do
+//! about it: wait and call again, give up on this request, or fix its input.
+
+/// The error a backend's own client library gave, kept as the source.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A broker call that did not succeed. The text says what was being done;
+/// the backend's own error is the [`source`](std::error::Error::source), so
+/// `{:#}` in an `anyhow` chain, or [`crate::error::chain`], shows both.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// The broker could not be reached or did not answer in time (connection
+    /// refused or dropped, a timeout, a cluster resharding, a stopped broker
+    /// thread, a file locked too long). Made again later, unchanged, the call
+    /// may well succeed: callers back off and retry.
+    #[error("broker unavailable: {context}")]
+    Unavailable {
+        context: String,
+        #[source]
+        source: Option<Cause>,
+    },
+    /// The broker answered and refused or failed this call (a script error,
+    /// a permission it lacks, a constraint). Made again unchanged it fails
+    /// the same way, so retrying it forever only holds up the calls behind it.
+    #[error("broker refused the call: {context}")]
+    Refused {
+        context: String,
+        #[source]
+        source: Option<Cause>,
+    },
+    /// The caller's input is not valid; the text says what to change. Both
+    /// backends use the same words, so a handler sees the same error on either.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl BrokerError {
+    /// The broker could not be reached while doing `context`.
+    pub fn unavailable(context: impl Into<String>, source: impl Into<Cause>) -> Self {
+        BrokerError::Unavailable {
+            context: context.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// The broker refused `context`.
+    pub fn refused(context: impl Into<String>, source: impl Into<Cause>) -> Self {
+        BrokerError::Refused {
+            context: context.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// Whether the same call may succeed later: see [`BrokerError::Unavailable`].
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, BrokerError::Unavailable { .. })
+    }
+}
+
+/// The result of a broker call.
+pub type Result<T, E = BrokerError> = std::result::Result<T, E>;

@@ -1,0 +1,76 @@
+//! The presence role: what `sluice stats` shows. Counts per queue, and what
+//! each running host says it serves, so that any host or CLI sees them all.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use super::Result;
+
+/// Queue counts and the handler statuses hosts report.
+#[async_trait]
+pub trait Presence: Send + Sync + 'static {
+    /// Counts for one queue.
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStats>;
+
+    /// Counts for every queue the broker knows.
+    async fn stats(&self) -> Result<Vec<QueueStats>>;
+
+    /// Replace everything `host` reported about its handlers.
+    async fn put_handler_statuses(&self, host: &str, statuses: Vec<HandlerStatus>) -> Result<()>;
+
+    /// What every host reported, stale reports included (readers filter).
+    async fn handler_statuses(&self) -> Result<Vec<HandlerStatus>>;
+}
+
+/// Per-queue counts for `sluice stats`. The JSON field names are stable.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct QueueStats {
+    pub queue: String,
+    pub ready: u64,
+    pub delayed: u64,
+    pub in_flight: u64,
+    pub done: u64,
+    pub duplicates: u64,
+    pub retried: u64,
+    pub dead: u64,
+}
+
+impl QueueStats {
+    /// Counts of a queue the broker holds nothing of.
+    pub fn empty(queue: &str) -> Self {
+        QueueStats {
+            queue: queue.to_string(),
+            ..QueueStats::default()
+        }
+    }
+
+    /// Messages not yet settled: ready, delayed or in flight.
+    pub fn pending(&self) -> u64 {
+        self.ready + self.delayed + self.in_flight
+    }
+}
+
+/// One host's view of one handler, for `sluice stats` and the registry's
+/// own account of what it serves. Hosts write theirs when their handlers
+/// change and every [`STATUS_EVERY`]; readers ignore entries older than
+/// [`STATUS_STALE`], so a host that died drops out.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HandlerStatus {
+    pub host: String,
+    pub handler: String,
+    /// The queue it serves; `None` when no version of it loads.
+    pub queue: Option<String>,
+    /// The content hash of the version serving.
+    pub version: Option<String>,
+    /// Files of this handler the host refused since it started.
+    pub refusals: u64,
+    pub last_refusal: Option<String>,
+    pub updated_at_ms: u64,
+}
+
+/// How often a host reports its handlers' statuses.
+pub const STATUS_EVERY: Duration = Duration::from_secs(10);
+/// How old a report may be before readers take its host for gone.
+pub const STATUS_STALE: Duration = Duration::from_secs(60);

@@ -1,0 +1,99 @@
+//! The dead-letter role on Redis: a queue's dead letters are the entries of
+//! its `dead` stream, buried by the `SETTLE` script. An entry's id is its
+//! time of death, so a replay's cut-off is the end of an `XRANGE`.
+
+use async_trait::async_trait;
+use redis::Value;
+
+use super::codec::{self, Entry};
+use super::conn::classify;
+use super::{RedisBroker, key, scripts};
+use crate::broker::{DeadLetter, DeadLetters, ReplaySelector, Result};
+
+/// Dead letters one replay script looks at before handing back.
+const REPLAY_SCAN: usize = 1000;
+
+#[async_trait]
+impl DeadLetters for RedisBroker {
+    async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<DeadLetter>> {
+        let dead = self.read_dead(queue, Some(limit.max(1))).await?;
+        Ok(dead
+            .into_iter()
+            .map(|e| e.into_dead_letter(queue))
+            .collect())
+    }
+
+    async fn dead_letter(&self, queue: &str, id: &str) -> Result<Option<DeadLetter>> {
+        let dead = self.read_dead(queue, None).await?;
+        Ok(dead
+            .into_iter()
+            .find(|e| e.id == id)
+            .map(|e| e.into_dead_letter(queue)))
+    }
+
+    async fn replay(&self, queue: &str, selector: &ReplaySelector) -> Result<u64> {
+        let mut conn = self.conn.clone();
+        // The dead stream's entry ids are the times of death, so a cut-off
+        // is the end of the range.
+        let until = selector
+            .died_before_ms
+            .map_or_else(|| "+".to_string(), |ms| ms.to_string());
+        let max_redrives = selector.max_redrives.map_or(-1, i64::from);
+        let mut after = "-".to_string();
+        let mut moved = 0u64;
+        loop {
+            let left = match selector.limit {
+                Some(limit) if moved >= limit as u64 => break,
+                Some(limit) => limit as u64 - moved,
+                None => 0,
+            };
+            let mut script = scripts::REPLAY.prepare_invoke();
+            script
+                .key(key(queue, "dead"))
+                .key(key(queue, "stream"))
+                .arg(&after)
+                .arg(&until)
+                .arg(REPLAY_SCAN)
+                .arg(left)
+                .arg(max_redrives)
+                .arg(u8::from(selector.redrive));
+            for id in &selector.ids {
+                script.arg(id);
+            }
+            let (n, last): (u64, String) =
+                script.invoke_async(&mut conn).await.map_err(classify)?;
+            moved += n;
+            if last.is_empty() {
+                return Ok(moved);
+            }
+            after = format!("({last}");
+        }
+        Ok(moved)
+    }
+
+    async fn purge(&self, queue: &str) -> Result<u64> {
+        let mut conn = self.conn.clone();
+        scripts::PURGE
+            .key(key(queue, "dead"))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(classify)
+    }
+}
+
+impl RedisBroker {
+    /// The entries of a queue's dead stream, oldest first, at most `count`.
+    async fn read_dead(&self, queue: &str, count: Option<usize>) -> Result<Vec<Entry>> {
+        let mut conn = self.conn.clone();
+        let mut cmd = redis::cmd("XRANGE");
+        cmd.arg(key(queue, "dead")).arg("-").arg("+");
+        if let Some(n) = count {
+            cmd.arg("COUNT").arg(n);
+        }
+        let reply: Value = cmd.query_async(&mut conn).await.map_err(classify)?;
+        Ok(codec::into_array(reply)
+            .into_iter()
+            .filter_map(Entry::parse)
+            .collect())
+    }
+}

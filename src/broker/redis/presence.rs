@@ -1,0 +1,103 @@
+//! The presence role on Redis: a queue's counts from its keys in one
+//! `STATS` script, the known queues in the set `sluice:queues`, and each
+//! host's handler statuses as one JSON field of the hash `sluice:handlers`.
+
+use async_trait::async_trait;
+use redis::Value;
+
+use super::codec::{array, int, text};
+use super::conn::classify;
+use super::{GROUP, QUEUES_KEY, QueueKeys, RedisBroker, STATUS_KEY, scripts};
+use crate::broker::codec::{decode_statuses, encode_statuses};
+use crate::broker::{HandlerStatus, Presence, QueueStats, Result};
+
+#[async_trait]
+impl Presence for RedisBroker {
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
+        let keys = QueueKeys::new(queue);
+        let mut conn = self.conn.clone();
+        let reply: Value = scripts::STATS
+            .key(&keys.stream)
+            .key(&keys.delayed)
+            .key(&keys.bodies)
+            .key(&keys.dead)
+            .key(&keys.counters)
+            .key(&keys.outbox)
+            .arg(GROUP)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        Ok(parse_stats(queue, &reply))
+    }
+
+    async fn stats(&self) -> Result<Vec<QueueStats>> {
+        let mut conn = self.conn.clone();
+        let mut queues: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(QUEUES_KEY)
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        queues.sort();
+        let mut out = Vec::with_capacity(queues.len());
+        for q in queues {
+            out.push(self.queue_stats(&q).await?);
+        }
+        Ok(out)
+    }
+
+    async fn put_handler_statuses(&self, host: &str, statuses: Vec<HandlerStatus>) -> Result<()> {
+        let mut conn = self.conn.clone();
+        redis::cmd("HSET")
+            .arg(STATUS_KEY)
+            .arg(host)
+            .arg(encode_statuses(&statuses))
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(classify)
+    }
+
+    async fn handler_statuses(&self) -> Result<Vec<HandlerStatus>> {
+        let mut conn = self.conn.clone();
+        let all: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL")
+            .arg(STATUS_KEY)
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        let mut out: Vec<HandlerStatus> = all
+            .iter()
+            .flat_map(|(_, json)| decode_statuses(json))
+            .collect();
+        out.sort_by(|a, b| (&a.handler, &a.host).cmp(&(&b.handler, &b.host)));
+        Ok(out)
+    }
+}
+
+/// The `STATS` script's reply: {entries in the stream, pending, delayed,
+/// dead, in the outbox, counters as field/value pairs}.
+fn parse_stats(queue: &str, reply: &Value) -> QueueStats {
+    let v = array(reply);
+    let n = |i: usize| v.get(i).and_then(int).unwrap_or(0);
+    let (in_stream, pending, delayed, dead, outbox) = (n(0), n(1), n(2), n(3), n(4));
+    let mut s = QueueStats {
+        queue: queue.to_string(),
+        ready: in_stream.saturating_sub(pending),
+        delayed,
+        // Publishes waiting in the outbox are still in transit.
+        in_flight: pending + outbox,
+        dead,
+        ..Default::default()
+    };
+    let counters = v.get(5).map(array).unwrap_or_default();
+    for pair in counters.chunks(2) {
+        if let [k, val] = pair {
+            let count = int(val).unwrap_or(0);
+            match text(k).as_deref() {
+                Some("done") => s.done = count,
+                Some("duplicates") => s.duplicates = count,
+                Some("retried") => s.retried = count,
+                _ => {}
+            }
+        }
+    }
+    s
+}

@@ -1,0 +1,412 @@
+//! The queue role on Redis. Round trips are per batch, not per message:
+//!
+//! * publish: one `PUBLISH` script per queue and 500 messages;
+//! * receive: one `XREADGROUP` (see `reader.rs`);
+//! * claim: one pipeline of plain `SET NX GET`, the cheapest way to take keys;
+//! * settle: plain acks (done with a key and nothing to publish, and
+//!   duplicates) in one `MULTI`/`EXEC`, the rest in one `SETTLE` script per
+//!   queue, which writes held publishes to the queue's outbox for the relay.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::Value;
+
+use super::codec::{self, encode_headers};
+use super::conn::classify;
+use super::{
+    DONE_PREFIX, GROUP, LEASE_PREFIX, QueueKeys, RedisBroker, done_value, idem_key, lease_value,
+    relay, scripts,
+};
+use crate::broker::{BrokerError, ClaimState, KeyClaim, Queue, Result, Settlement};
+use crate::message::{Delivery, NewMessage, new_id};
+
+/// Most messages one publish script carries.
+const PUBLISH_CHUNK: usize = 500;
+
+#[async_trait]
+impl Queue for RedisBroker {
+    async fn publish(&self, messages: Vec<NewMessage>) -> Result<Vec<String>> {
+        let ids: Vec<String> = messages.iter().map(|_| new_id()).collect();
+        let by_queue = group_by_queue(ids.iter().zip(&messages), |&(_, m)| m.queue.as_str());
+        self.register(by_queue.iter().map(|(q, _)| *q)).await?;
+        let mut conn = self.conn.clone();
+        for (queue, list) in &by_queue {
+            let keys = QueueKeys::new(queue);
+            for chunk in list.chunks(PUBLISH_CHUNK) {
+                let mut script = scripts::PUBLISH.prepare_invoke();
+                script
+                    .key(&keys.stream)
+                    .key(&keys.delayed)
+                    .key(&keys.bodies)
+                    .arg(0);
+                for (id, m) in chunk {
+                    script
+                        .arg(*id)
+                        .arg(m.key.as_deref().unwrap_or(""))
+                        .arg(&m.payload)
+                        .arg(encode_headers(&m.headers))
+                        .arg(m.delay.as_millis() as u64);
+                }
+                script
+                    .invoke_async::<()>(&mut conn)
+                    .await
+                    .map_err(classify)?;
+            }
+        }
+        Ok(ids)
+    }
+
+    async fn receive(&self, queue: &str, max: usize, lease: Duration) -> Result<Vec<Delivery>> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        self.served
+            .lock()
+            .expect("served lock")
+            .insert(queue.to_string());
+        let reader = self.reader(queue).await?;
+        let mut reader = reader.lock().await;
+        self.read_batch(&mut reader, queue, max, lease).await
+    }
+
+    async fn claim(
+        &self,
+        queue: &str,
+        claims: &[KeyClaim],
+        lease: Duration,
+    ) -> Result<Vec<ClaimState>> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let lease_ms = lease.as_millis() as u64;
+        let held = self.take_keys(queue, claims, lease_ms).await?;
+        let mut states = Vec::with_capacity(claims.len());
+        // Claims that found this message's own earlier lease (it was
+        // delivered again): taken over by a script, by index into `states`.
+        let mut own = Vec::new();
+        for (i, (c, held)) in claims.iter().zip(held).enumerate() {
+            let state = match held {
+                Value::Nil => ClaimState::Acquired,
+                Value::BulkString(v) if v.starts_with(DONE_PREFIX.as_bytes()) => {
+                    ClaimState::AlreadyDone
+                }
+                Value::BulkString(v)
+                    if v.strip_prefix(LEASE_PREFIX.as_bytes()) == Some(c.message_id.as_bytes()) =>
+                {
+                    own.push(i);
+                    ClaimState::Busy
+                }
+                _ => ClaimState::Busy,
+            };
+            states.push(state);
+        }
+        if !own.is_empty() {
+            self.renew_own(queue, claims, &own, lease_ms, &mut states)
+                .await?;
+        }
+        Ok(states)
+    }
+
+    async fn settle(&self, settlements: &[Settlement]) -> Result<()> {
+        // Per queue, the settlements that only ack go without a script. The
+        // script goes first: when Redis refuses it (a permission, a script
+        // error), the plain acks are not written yet, so a caller that
+        // writes the batch again one settlement at a time counts none of
+        // them twice.
+        let by_queue = group_by_queue(settlements, |&s| s.delivery().queue.as_str());
+        for (queue, list) in by_queue {
+            let (plain, scripted): (Vec<&Settlement>, Vec<&Settlement>) =
+                list.into_iter().partition(|s| is_plain(s));
+            if !scripted.is_empty() {
+                self.settle_scripted(queue, &scripted).await?;
+            }
+            if !plain.is_empty() {
+                self.settle_plain(queue, &plain).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn flush(&self) -> Result<()> {
+        let queues = self.served.lock().expect("served lock").clone();
+        // Every queue is tried, whichever fails; the error names them.
+        let mut failed = Vec::new();
+        for q in queues {
+            if let Err(e) = relay::relay_queue(self.conn.clone(), &q).await {
+                failed.push(format!("queue {q:?}: {e}"));
+            }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(BrokerError::Unavailable {
+                context: format!("relaying the outbox of {}", failed.join("; ")),
+                source: None,
+            })
+        }
+    }
+}
+
+impl RedisBroker {
+    /// One plain `SET NX GET` per key, pipelined: cheaper for Redis than the
+    /// same commands inside a script, and it answers in one go. Returns what
+    /// each key held before: nothing when it was taken.
+    async fn take_keys(
+        &self,
+        queue: &str,
+        claims: &[KeyClaim],
+        lease_ms: u64,
+    ) -> Result<Vec<Value>> {
+        let mut pipe = redis::pipe();
+        for c in claims {
+            pipe.cmd("SET")
+                .arg(idem_key(queue, &c.key))
+                .arg(lease_value(&c.message_id))
+                .arg("NX")
+                .arg("GET")
+                .arg("PX")
+                .arg(lease_ms);
+        }
+        let mut conn = self.conn.clone();
+        pipe.query_async(&mut conn).await.map_err(classify)
+    }
+
+    /// Take over the keys at `own` (indexes into `claims`) that still hold
+    /// this message's own lease, in one script that checks and renews each
+    /// in one step, and put what came of each into `states`.
+    async fn renew_own(
+        &self,
+        queue: &str,
+        claims: &[KeyClaim],
+        own: &[usize],
+        lease_ms: u64,
+        states: &mut [ClaimState],
+    ) -> Result<()> {
+        let mut renew = scripts::RENEW.prepare_invoke();
+        renew.arg(lease_ms);
+        for &i in own {
+            renew
+                .key(idem_key(queue, &claims[i].key))
+                .arg(&claims[i].message_id);
+        }
+        let mut conn = self.conn.clone();
+        let renewed: Vec<u8> = renew.invoke_async(&mut conn).await.map_err(classify)?;
+        for (&i, r) in own.iter().zip(renewed) {
+            states[i] = match r {
+                0 => ClaimState::Acquired,
+                1 => ClaimState::AlreadyDone,
+                _ => ClaimState::Busy,
+            };
+        }
+        Ok(())
+    }
+
+    /// Settle acks that need no decision inside Redis: done with an
+    /// idempotency key and nothing to publish, and duplicates. One
+    /// `MULTI`/`EXEC` records the keys, acks and deletes the entries and
+    /// counts them. A key that turns out to be done already (another delivery
+    /// won a race after a lease ran out) was counted as done; a second step
+    /// moves those counts to `duplicates`.
+    async fn settle_plain(&self, queue: &str, plain: &[&Settlement]) -> Result<()> {
+        let keys = QueueKeys::new(queue);
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        let mut entries = Vec::with_capacity(plain.len());
+        let (mut done, mut duplicates) = (0u64, 0u64);
+        for s in plain {
+            let d = s.delivery();
+            entries.push(codec::parse_receipt(&d.receipt).0);
+            match s {
+                Settlement::Done {
+                    key: Some((k, retention)),
+                    ..
+                } => {
+                    pipe.cmd("SET")
+                        .arg(idem_key(queue, k))
+                        .arg(done_value(&d.id))
+                        .arg("PX")
+                        .arg(retention.as_millis() as u64)
+                        .arg("GET");
+                    done += 1;
+                }
+                _ => duplicates += 1,
+            }
+        }
+        pipe.cmd("XACK")
+            .arg(&keys.stream)
+            .arg(GROUP)
+            .arg(&entries)
+            .ignore();
+        pipe.cmd("XDEL").arg(&keys.stream).arg(&entries).ignore();
+        for (name, n) in [("done", done), ("duplicates", duplicates)] {
+            if n > 0 {
+                pipe.cmd("HINCRBY")
+                    .arg(&keys.counters)
+                    .arg(name)
+                    .arg(n)
+                    .ignore();
+            }
+        }
+        let mut conn = self.conn.clone();
+        let before: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
+        let late = before
+            .iter()
+            .filter(|v| matches!(v, Value::BulkString(b) if b.starts_with(DONE_PREFIX.as_bytes())))
+            .count() as i64;
+        if late > 0 {
+            self.recount_late(&keys, late).await?;
+        }
+        Ok(())
+    }
+
+    /// Move `late` plain acks counted as done to `duplicates`.
+    async fn recount_late(&self, keys: &QueueKeys, late: i64) -> Result<()> {
+        let mut conn = self.conn.clone();
+        redis::pipe()
+            .cmd("HINCRBY")
+            .arg(&keys.counters)
+            .arg("done")
+            .arg(-late)
+            .ignore()
+            .cmd("HINCRBY")
+            .arg(&keys.counters)
+            .arg("duplicates")
+            .arg(late)
+            .ignore()
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(classify)
+    }
+
+    /// Settle the rest of a queue's batch in one `SETTLE` script (its
+    /// argument format is documented in `scripts.rs`).
+    async fn settle_scripted(&self, queue: &str, settlements: &[&Settlement]) -> Result<()> {
+        let keys = QueueKeys::new(queue);
+        let mut script = scripts::SETTLE.prepare_invoke();
+        script
+            .key(&keys.stream)
+            .key(&keys.delayed)
+            .key(&keys.bodies)
+            .key(&keys.dead)
+            .key(&keys.counters)
+            .key(&keys.outbox);
+        script.arg(GROUP).arg(&self.consumer);
+        let mut idem_keys = 0usize;
+        let mut has_publishes = false;
+        for s in settlements {
+            let kidx = match s.key() {
+                Some(k) => {
+                    script.key(idem_key(queue, k));
+                    idem_keys += 1;
+                    idem_keys
+                }
+                None => 0,
+            };
+            has_publishes |= settle_args(&mut script, s, kidx);
+        }
+        let mut conn = self.conn.clone();
+        script
+            .invoke_async::<()>(&mut conn)
+            .await
+            .map_err(classify)?;
+        if has_publishes {
+            self.relay_wake.notify_one();
+        }
+        Ok(())
+    }
+}
+
+/// Append one settlement's arguments to the `SETTLE` script: its kind,
+/// entry, delivery count, key index (`kidx`, 0 for none), id and attempt,
+/// then what its kind needs. True when it holds publishes for the outbox.
+fn settle_args(script: &mut redis::ScriptInvocation<'_>, s: &Settlement, kidx: usize) -> bool {
+    let d = s.delivery();
+    let (entry, count) = codec::parse_receipt(&d.receipt);
+    let kind = match s {
+        Settlement::Done { .. } => "D",
+        Settlement::Duplicate { .. } => "U",
+        Settlement::Retry { .. } => "R",
+        Settlement::Defer { .. } => "F",
+        Settlement::Dead { .. } => "X",
+    };
+    script
+        .arg(kind)
+        .arg(entry)
+        .arg(count)
+        .arg(kidx)
+        .arg(&d.id)
+        .arg(d.attempt);
+    let held: Vec<&NewMessage> = match s {
+        Settlement::Done { key, publishes, .. } => {
+            let retention = key.as_ref().map_or(0, |(_, r)| r.as_millis() as u64);
+            script.arg(retention).arg(publishes.len());
+            publishes.iter().collect()
+        }
+        Settlement::Duplicate { .. } => Vec::new(),
+        Settlement::Retry { delay, error, .. } => {
+            script.arg(delay.as_millis() as u64).arg(error);
+            Vec::new()
+        }
+        Settlement::Defer { delay, .. } => {
+            script.arg(delay.as_millis() as u64);
+            Vec::new()
+        }
+        Settlement::Dead {
+            reason,
+            error,
+            handler_version,
+            notice,
+            ..
+        } => {
+            script
+                .arg(reason)
+                .arg(error.as_deref().unwrap_or(""))
+                .arg(handler_version.as_deref().unwrap_or(""))
+                .arg(notice.iter().len());
+            notice.iter().collect()
+        }
+    };
+    for p in &held {
+        publish_args(script, p);
+    }
+    !held.is_empty()
+}
+
+/// Whether a settlement only acks: see [`RedisBroker::settle_plain`].
+fn is_plain(s: &Settlement) -> bool {
+    match s {
+        Settlement::Done { key, publishes, .. } => key.is_some() && publishes.is_empty(),
+        Settlement::Duplicate { .. } => true,
+        _ => false,
+    }
+}
+
+/// The six arguments of one publish in the settle script's outbox format.
+fn publish_args(script: &mut redis::ScriptInvocation<'_>, p: &NewMessage) {
+    script
+        .arg(&p.queue)
+        .arg(new_id())
+        .arg(p.key.as_deref().unwrap_or(""))
+        .arg(&p.payload)
+        .arg(encode_headers(&p.headers))
+        .arg(p.delay.as_millis() as u64);
+}
+
+/// `items` grouped by the queue `queue_of` names, queues and items each in
+/// the order they first come. Every key a script touches must share one
+/// queue's hash slot, so batches are split this way before a script runs.
+pub(super) fn group_by_queue<'a, T>(
+    items: impl IntoIterator<Item = T>,
+    queue_of: impl Fn(&T) -> &'a str,
+) -> Vec<(&'a str, Vec<T>)> {
+    let mut out: Vec<(&'a str, Vec<T>)> = Vec::new();
+    for item in items {
+        let q = queue_of(&item);
+        match out.iter_mut().find(|(name, _)| *name == q) {
+            Some((_, list)) => list.push(item),
+            None => out.push((q, vec![item])),
+        }
+    }
+    out
+}

@@ -1,0 +1,167 @@
+//! The receiving side of one queue: a connection of its own for the blocking
+//! batch read, the consumer group made on first use, and the periodic
+//! maintenance script (due delayed messages into the stream, expired leases
+//! reclaimed).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use tokio::sync::Mutex;
+
+use super::codec::{self, Entry, int};
+use super::conn::{Conn, classify};
+use super::{BLOCK, GROUP, MAINTAIN_EVERY, QueueKeys, RedisBroker, scripts};
+use crate::broker::Result;
+use crate::message::{Delivery, now_ms};
+
+/// The receiving side of one queue: its own connection, because a blocking
+/// `XREADGROUP` holds the connection it runs on.
+pub(super) struct Reader {
+    conn: Conn,
+    group_ready: bool,
+    cursor: String,
+    last_maintain: Option<Instant>,
+}
+
+impl RedisBroker {
+    /// The reader of `queue`, made on first use.
+    pub(super) async fn reader(&self, queue: &str) -> Result<Arc<Mutex<Reader>>> {
+        let mut readers = self.readers.lock().await;
+        if let Some(r) = readers.get(queue) {
+            return Ok(r.clone());
+        }
+        let conn = self.client.connect().await.map_err(classify)?;
+        let reader = Arc::new(Mutex::new(Reader {
+            conn,
+            group_ready: false,
+            cursor: "0-0".into(),
+            last_maintain: None,
+        }));
+        readers.insert(queue.to_string(), reader.clone());
+        Ok(reader)
+    }
+
+    /// Up to `max` deliveries of `queue`: what maintenance reclaimed (every
+    /// [`MAINTAIN_EVERY`]), then new entries, waiting up to [`BLOCK`] for
+    /// them when there was nothing else.
+    pub(super) async fn read_batch(
+        &self,
+        reader: &mut Reader,
+        queue: &str,
+        max: usize,
+        lease: Duration,
+    ) -> Result<Vec<Delivery>> {
+        let keys = QueueKeys::new(queue);
+        if !reader.group_ready {
+            self.register([queue]).await?;
+            ensure_group(&mut reader.conn, &keys.stream).await?;
+            reader.group_ready = true;
+        }
+        let mut out = Vec::new();
+        if reader
+            .last_maintain
+            .is_none_or(|t| t.elapsed() >= MAINTAIN_EVERY)
+        {
+            reader.last_maintain = Some(Instant::now());
+            out = self.maintain(reader, &keys, queue, max, lease).await?;
+        }
+        if out.len() < max {
+            let block = out.is_empty();
+            let fresh = self
+                .read_new(reader, &keys, queue, max - out.len(), block, lease)
+                .await?;
+            out.extend(fresh);
+        }
+        Ok(out)
+    }
+
+    async fn read_new(
+        &self,
+        reader: &mut Reader,
+        keys: &QueueKeys,
+        queue: &str,
+        count: usize,
+        block: bool,
+        lease: Duration,
+    ) -> Result<Vec<Delivery>> {
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP")
+            .arg(GROUP)
+            .arg(&self.consumer)
+            .arg("COUNT")
+            .arg(count);
+        if block {
+            cmd.arg("BLOCK").arg(BLOCK.as_millis() as u64);
+        }
+        cmd.arg("STREAMS").arg(&keys.stream).arg(">");
+        let reply: Value = match cmd.query_async(&mut reader.conn).await {
+            Ok(v) => v,
+            Err(e) if e.code() == Some("NOGROUP") => {
+                // The stream or group is gone (e.g. Redis lost its data):
+                // make them again and read next time.
+                reader.group_ready = false;
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(classify(e)),
+        };
+        Ok(codec::read_reply(reply, queue, lease.as_millis() as u64))
+    }
+
+    async fn maintain(
+        &self,
+        reader: &mut Reader,
+        keys: &QueueKeys,
+        queue: &str,
+        max: usize,
+        lease: Duration,
+    ) -> Result<Vec<Delivery>> {
+        let mut conn = self.conn.clone();
+        let reply: Value = scripts::MAINTAIN
+            .key(&keys.stream)
+            .key(&keys.delayed)
+            .key(&keys.bodies)
+            .arg(GROUP)
+            .arg(&self.consumer)
+            .arg(lease.as_millis() as u64)
+            .arg(max.max(1))
+            .arg(&reader.cursor)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        let mut parts = codec::into_array(reply).into_iter();
+        reader.cursor = parts
+            .next()
+            .and_then(codec::into_string)
+            .unwrap_or_else(|| "0-0".into());
+        let lease_until = now_ms() + lease.as_millis() as u64;
+        let mut out = Vec::new();
+        for item in parts.next().map(codec::into_array).unwrap_or_default() {
+            // {entry id, fields, delivery count}
+            let mut e = codec::into_array(item);
+            let count = e.get(2).and_then(int);
+            e.truncate(2);
+            if let (Some(count), Some(entry)) = (count, Entry::parse(Value::Array(e))) {
+                out.push(entry.into_delivery(queue, count, lease_until));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Make the queue's consumer group (and stream) unless it exists.
+async fn ensure_group(conn: &mut Conn, stream: &str) -> Result<()> {
+    let created: redis::RedisResult<()> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream)
+        .arg(GROUP)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(conn)
+        .await;
+    match created {
+        Ok(()) => Ok(()),
+        Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+        Err(e) => Err(classify(e)),
+    }
+}

@@ -1,0 +1,412 @@
+//! The queue role on SQLite: messages in `messages`, idempotency keys in
+//! `keys`, done/duplicate/retry counts in `counters`. Every function runs
+//! inside the caller's savepoint on the broker thread, so each is atomic on
+//! its own, and a settle batch commits with its publishes.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{SqliteBroker, classify, dead};
+use crate::broker::codec::{decode_headers, encode_headers, lease_expired};
+use crate::broker::{ClaimState, KeyClaim, Queue, Result, Settlement};
+use crate::message::{Delivery, NewMessage, new_id, now_ms};
+
+pub(super) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS messages (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    id          TEXT NOT NULL UNIQUE,
+    queue       TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    payload     BLOB NOT NULL,
+    headers     TEXT,
+    attempt     INTEGER NOT NULL DEFAULT 0,
+    enqueued_at INTEGER NOT NULL,
+    visible_at  INTEGER NOT NULL,
+    leased      INTEGER NOT NULL DEFAULT 0,
+    receipt     TEXT,
+    last_error  TEXT,
+    redrives    INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS messages_due ON messages (queue, visible_at);
+CREATE TABLE IF NOT EXISTS keys (
+    queue      TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    done       INTEGER NOT NULL,
+    holder     TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (queue, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS keys_expiry ON keys (expires_at);
+CREATE TABLE IF NOT EXISTS counters (
+    queue      TEXT PRIMARY KEY,
+    done       INTEGER NOT NULL DEFAULT 0,
+    duplicates INTEGER NOT NULL DEFAULT 0,
+    retried    INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+";
+
+#[async_trait]
+impl Queue for SqliteBroker {
+    async fn publish(&self, messages: Vec<NewMessage>) -> Result<Vec<String>> {
+        self.call(move |conn| insert_messages(conn, &messages, now_ms()))
+            .await
+    }
+
+    async fn receive(&self, queue: &str, max: usize, lease: Duration) -> Result<Vec<Delivery>> {
+        let queue = queue.to_string();
+        self.call(move |conn| receive(conn, &queue, max, lease))
+            .await
+    }
+
+    async fn claim(
+        &self,
+        queue: &str,
+        claims: &[KeyClaim],
+        lease: Duration,
+    ) -> Result<Vec<ClaimState>> {
+        let queue = queue.to_string();
+        let claims = claims.to_vec();
+        self.call(move |conn| claim(conn, &queue, &claims, lease))
+            .await
+    }
+
+    async fn settle(&self, settlements: &[Settlement]) -> Result<()> {
+        if settlements.is_empty() {
+            return Ok(());
+        }
+        // The broker thread needs its own copy.
+        let settlements = settlements.to_vec();
+        self.call(move |conn| settle(conn, settlements)).await
+    }
+}
+
+/// Insert `messages`, each due after its own delay from `now`; their ids.
+fn insert_messages(conn: &Connection, messages: &[NewMessage], now: u64) -> Result<Vec<String>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "INSERT INTO messages (id, queue, key, payload, headers, enqueued_at, visible_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .map_err(classify)?;
+    let mut ids = Vec::with_capacity(messages.len());
+    for m in messages {
+        let id = new_id();
+        let key = m.key.as_deref().unwrap_or(&id);
+        let visible_at = now + m.delay.as_millis() as u64;
+        stmt.execute(params![
+            id,
+            m.queue,
+            key,
+            m.payload,
+            encode_headers(&m.headers),
+            now as i64,
+            visible_at as i64
+        ])
+        .map_err(classify)?;
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
+/// Lease up to `max` due messages of `queue`: pick them, then mark each
+/// leased with a new receipt and one more attempt.
+fn receive(conn: &Connection, queue: &str, max: usize, lease: Duration) -> Result<Vec<Delivery>> {
+    let now = now_ms();
+    let lease_until = now + lease.as_millis() as u64;
+    let picked = pick_due(conn, queue, max, now, lease_until)?;
+    let mut update = conn
+        .prepare_cached(
+            "UPDATE messages SET leased = 1, visible_at = ?2, receipt = ?3, attempt = ?4, last_error = ?5
+             WHERE seq = ?1",
+        )
+        .map_err(classify)?;
+    let mut out = Vec::with_capacity(picked.len());
+    for (seq, d) in picked {
+        update
+            .execute(params![
+                seq,
+                lease_until as i64,
+                d.receipt,
+                d.attempt,
+                d.last_error
+            ])
+            .map_err(classify)?;
+        out.push(d);
+    }
+    Ok(out)
+}
+
+/// The due messages of `queue`, oldest due first, as the deliveries they
+/// become, with their row numbers.
+fn pick_due(
+    conn: &Connection,
+    queue: &str,
+    max: usize,
+    now: u64,
+    lease_until: u64,
+) -> Result<Vec<(i64, Delivery)>> {
+    let mut select = conn
+        .prepare_cached(
+            "SELECT seq, id, key, payload, headers, attempt, enqueued_at, leased, last_error
+             FROM messages WHERE queue = ?1 AND visible_at <= ?2
+             ORDER BY visible_at, seq LIMIT ?3",
+        )
+        .map_err(classify)?;
+    let rows = select
+        .query_map(params![queue, now as i64, max as i64], |row| {
+            let attempt: u32 = row.get(5)?;
+            let was_leased: bool = row.get(7)?;
+            let last_error = if was_leased {
+                Some(lease_expired(attempt))
+            } else {
+                row.get(8)?
+            };
+            let headers: Option<String> = row.get(4)?;
+            let delivery = Delivery {
+                id: row.get(1)?,
+                queue: queue.to_string(),
+                key: row.get(2)?,
+                payload: row.get(3)?,
+                headers: headers.map_or_else(Vec::new, |h| decode_headers(h.as_bytes())),
+                attempt: attempt + 1,
+                enqueued_at_ms: row.get::<_, i64>(6)? as u64,
+                last_error,
+                receipt: format!("{:016x}", rand::random::<u64>()),
+                lease_until_ms: lease_until,
+            };
+            Ok((row.get(0)?, delivery))
+        })
+        .map_err(classify)?;
+    rows.collect::<rusqlite::Result<_>>().map_err(classify)
+}
+
+fn claim(
+    conn: &Connection,
+    queue: &str,
+    claims: &[KeyClaim],
+    lease: Duration,
+) -> Result<Vec<ClaimState>> {
+    let now = now_ms() as i64;
+    let mut get = conn
+        .prepare_cached("SELECT done, holder, expires_at FROM keys WHERE queue = ?1 AND key = ?2")
+        .map_err(classify)?;
+    let mut put = conn
+        .prepare_cached(
+            "INSERT OR REPLACE INTO keys (queue, key, done, holder, expires_at) VALUES (?1, ?2, 0, ?3, ?4)",
+        )
+        .map_err(classify)?;
+    let lease_until = now + lease.as_millis() as i64;
+    let mut out = Vec::with_capacity(claims.len());
+    for c in claims {
+        let row: Option<(bool, String, i64)> = get
+            .query_row(params![queue, c.key], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()
+            .map_err(classify)?;
+        let state = match row {
+            Some((true, _, expires)) if expires > now => ClaimState::AlreadyDone,
+            Some((false, holder, expires)) if expires > now && holder != c.message_id => {
+                ClaimState::Busy
+            }
+            _ => {
+                put.execute(params![queue, c.key, c.message_id, lease_until])
+                    .map_err(classify)?;
+                ClaimState::Acquired
+            }
+        };
+        out.push(state);
+    }
+    Ok(out)
+}
+
+/// What a settle batch adds to one queue's counters.
+#[derive(Default)]
+struct Counts {
+    done: i64,
+    duplicates: i64,
+    retried: i64,
+}
+
+fn settle(conn: &Connection, settlements: Vec<Settlement>) -> Result<()> {
+    let now = now_ms() as i64;
+    let mut counts: HashMap<String, Counts> = HashMap::new();
+    for s in settlements {
+        let c = counts.entry(s.delivery().queue.clone()).or_default();
+        match s {
+            Settlement::Done {
+                delivery,
+                key,
+                publishes,
+            } => {
+                if settle_done(conn, &delivery, key, &publishes, now)? {
+                    c.done += 1;
+                } else {
+                    c.duplicates += 1;
+                }
+            }
+            Settlement::Duplicate { delivery } => {
+                delete_message(conn, &delivery.id)?;
+                c.duplicates += 1;
+            }
+            Settlement::Retry {
+                delivery,
+                delay,
+                error,
+                key,
+            } => {
+                if put_back(conn, &delivery, now + delay.as_millis() as i64, &error)? {
+                    c.retried += 1;
+                }
+                release_key(conn, &delivery, key.as_deref())?;
+            }
+            Settlement::Defer { delivery, delay } => {
+                defer(conn, &delivery, now + delay.as_millis() as i64)?;
+            }
+            Settlement::Dead {
+                delivery,
+                reason,
+                error,
+                handler_version,
+                key,
+                notice,
+            } => {
+                if let Some(redrives) = take_leased(conn, &delivery)? {
+                    let death = dead::Death {
+                        reason: &reason,
+                        error: error.as_deref(),
+                        handler_version: handler_version.as_deref(),
+                        redrives,
+                        at: now,
+                    };
+                    dead::bury(conn, &delivery, &death)?;
+                    insert_messages(conn, notice.as_slice(), now as u64)?;
+                }
+                release_key(conn, &delivery, key.as_deref())?;
+            }
+        }
+    }
+    add_counts(conn, counts)
+}
+
+/// Remove a handled message, record its key and commit its publishes. False
+/// when it turned out to be a duplicate: its key was done already, or (with
+/// no key) its row was gone.
+fn settle_done(
+    conn: &Connection,
+    delivery: &Delivery,
+    key: Option<(String, Duration)>,
+    publishes: &[NewMessage],
+    now: i64,
+) -> Result<bool> {
+    let existed = delete_message(conn, &delivery.id)?;
+    let first = match &key {
+        Some((key, retention)) => record_done(conn, delivery, key, *retention, now)?,
+        None => existed,
+    };
+    if first {
+        insert_messages(conn, publishes, now as u64)?;
+    }
+    Ok(first)
+}
+
+/// Make a leased message due again at `at` with its error; false when the
+/// lease was lost.
+fn put_back(conn: &Connection, d: &Delivery, at: i64, error: &str) -> Result<bool> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE messages SET leased = 0, visible_at = ?3, last_error = ?4
+             WHERE id = ?1 AND receipt = ?2",
+        )
+        .and_then(|mut s| s.execute(params![d.id, d.receipt, at, error]))
+        .map_err(classify)?;
+    Ok(n == 1)
+}
+
+/// Make a leased message due again at `at`, giving back its attempt.
+fn defer(conn: &Connection, d: &Delivery, at: i64) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE messages SET leased = 0, visible_at = ?3, attempt = MAX(attempt - 1, 0)
+         WHERE id = ?1 AND receipt = ?2",
+    )
+    .and_then(|mut s| s.execute(params![d.id, d.receipt, at]))
+    .map_err(classify)?;
+    Ok(())
+}
+
+fn add_counts(conn: &Connection, counts: HashMap<String, Counts>) -> Result<()> {
+    let mut bump = conn
+        .prepare_cached(
+            "INSERT INTO counters (queue, done, duplicates, retried) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (queue) DO UPDATE SET done = done + ?2, duplicates = duplicates + ?3, retried = retried + ?4",
+        )
+        .map_err(classify)?;
+    for (queue, c) in counts {
+        bump.execute(params![queue, c.done, c.duplicates, c.retried])
+            .map_err(classify)?;
+    }
+    Ok(())
+}
+
+/// Delete a message row, whoever holds it: a done message is done.
+fn delete_message(conn: &Connection, id: &str) -> Result<bool> {
+    let n = conn
+        .prepare_cached("DELETE FROM messages WHERE id = ?1")
+        .and_then(|mut s| s.execute(params![id]))
+        .map_err(classify)?;
+    Ok(n == 1)
+}
+
+/// Delete the row of a delivery that still holds its lease, and return the
+/// redrives the message carries (which only the row knows); `None` when the
+/// lease was lost.
+fn take_leased(conn: &Connection, d: &Delivery) -> Result<Option<u32>> {
+    conn.prepare_cached("DELETE FROM messages WHERE id = ?1 AND receipt = ?2 RETURNING redrives")
+        .and_then(|mut s| {
+            s.query_row(params![d.id, d.receipt], |r| r.get(0))
+                .optional()
+        })
+        .map_err(classify)
+}
+
+/// Mark `key` done for this delivery. False when it was already done (by
+/// another message with the key, or by an earlier delivery of this one whose
+/// lease ran out), which makes this delivery a duplicate.
+fn record_done(
+    conn: &Connection,
+    d: &Delivery,
+    key: &str,
+    retention: Duration,
+    now: i64,
+) -> Result<bool> {
+    let done_until: Option<i64> = conn
+        .prepare_cached("SELECT expires_at FROM keys WHERE queue = ?1 AND key = ?2 AND done = 1")
+        .and_then(|mut s| s.query_row(params![d.queue, key], |r| r.get(0)).optional())
+        .map_err(classify)?;
+    if done_until.is_some_and(|expires| expires > now) {
+        return Ok(false);
+    }
+    conn.prepare_cached("INSERT OR REPLACE INTO keys (queue, key, done, holder, expires_at) VALUES (?1, ?2, 1, ?3, ?4)")
+        .and_then(|mut s| s.execute(params![d.queue, key, d.id, now + retention.as_millis() as i64]))
+        .map_err(classify)?;
+    Ok(true)
+}
+
+fn release_key(conn: &Connection, d: &Delivery, key: Option<&str>) -> Result<()> {
+    if let Some(key) = key {
+        conn.prepare_cached(
+            "DELETE FROM keys WHERE queue = ?1 AND key = ?2 AND done = 0 AND holder = ?3",
+        )
+        .and_then(|mut s| s.execute(params![d.queue, key, d.id]))
+        .map_err(classify)?;
+    }
+    Ok(())
+}
+
+/// Delete the idempotency keys that have expired.
+pub(super) fn sweep_keys(conn: &Connection, now: u64) -> rusqlite::Result<usize> {
+    conn.execute("DELETE FROM keys WHERE expires_at <= ?1", [now as i64])
+}

@@ -1,0 +1,174 @@
+//! Loading a handler file: read it, hash it, read its sidecar, compile it
+//! through the cache and check it against the `handler` world. What comes
+//! out is a [`Handler`] ready to serve, or a [`LoadError`] that names the
+//! file at fault and says what is wrong. Loading changes nothing that is
+//! running: swapping versions is the registry's job.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use sha2::{Digest, Sha256};
+
+use crate::cache::{CompileCache, Source};
+use crate::check::{self, CheckError};
+use crate::config::HandlerSpec;
+use crate::runtime::{Handler, MAX_HANDLER_MEMORY, Runtime};
+use crate::units::format_size;
+
+/// Why a handler file could not be loaded. The text names the file; the
+/// cause, where there is one, is the source (see [`crate::error::chain`]).
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The sidecar does not parse or says something invalid. The text names
+    /// the sidecar and the field.
+    #[error("{0}")]
+    Sidecar(String),
+    /// The sidecar asks for more memory than any handler may have.
+    #[error(
+        "{}: `limits.memory` is {}, over the host's limit of {}",
+        .sidecar.display(), format_size(*.asked), format_size(MAX_HANDLER_MEMORY)
+    )]
+    MemoryOverLimit { sidecar: PathBuf, asked: u64 },
+    /// The `.wasm` file could not be read.
+    #[error("{}: cannot read", .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a valid component of the `handler` world.
+    #[error("{}", .path.display())]
+    Component {
+        path: PathBuf,
+        #[source]
+        source: CheckError,
+    },
+}
+
+/// Loads handler files for one host: its runtime, its compiled cache and
+/// the message size limit its handlers' publishes get.
+pub struct Loader {
+    runtime: Runtime,
+    cache: CompileCache,
+    max_message_size: u64,
+}
+
+impl Loader {
+    /// A loader compiling for `runtime` through `cache`.
+    pub fn new(runtime: Runtime, cache: CompileCache, max_message_size: u64) -> Self {
+        Loader {
+            runtime,
+            cache,
+            max_message_size,
+        }
+    }
+
+    /// Load handler `name` from `path` and its sidecar beside it (`NAME.toml`).
+    pub fn load(&self, name: &str, path: &Path) -> Result<Handler, LoadError> {
+        load_file(
+            &self.runtime,
+            &self.cache,
+            name,
+            path,
+            self.max_message_size,
+        )
+    }
+}
+
+/// Load handler `name` from `path` and its sidecar, compiling through
+/// `cache`: what [`Loader::load`] does, for tools and tests that have no
+/// loader.
+pub fn load_file(
+    runtime: &Runtime,
+    cache: &CompileCache,
+    name: &str,
+    path: &Path,
+    max_message_size: u64,
+) -> Result<Handler, LoadError> {
+    let sidecar = path.with_extension("toml");
+    let spec = load_spec(name, &sidecar).map_err(|e| LoadError::Sidecar(format!("{e:#}")))?;
+    if spec.memory > MAX_HANDLER_MEMORY {
+        return Err(LoadError::MemoryOverLimit {
+            sidecar,
+            asked: spec.memory,
+        });
+    }
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let component = |source| LoadError::Component {
+        path: path.to_path_buf(),
+        source,
+    };
+    // Hashed once: the full hash keys the cache, its prefix is the version.
+    let full = full_hash(&bytes);
+    let version = short_hash(&full);
+    let (compiled, source) = cache.component(runtime, &bytes, &full).map_err(component)?;
+    if source != Source::Memory {
+        tracing::debug!(handler = name, version = %version, ?source, "component ready");
+    }
+    let pre = check::prepare_component(runtime, &compiled).map_err(component)?;
+    Ok(Handler::new(
+        runtime,
+        spec,
+        path.to_path_buf(),
+        version,
+        pre,
+        max_message_size,
+    ))
+}
+
+/// Handler `name`'s spec from its sidecar, or the defaults without one.
+pub fn load_spec(name: &str, sidecar: &Path) -> anyhow::Result<HandlerSpec> {
+    if sidecar.exists() {
+        HandlerSpec::load(name, sidecar)
+    } else {
+        HandlerSpec::defaults(name)
+    }
+}
+
+/// Names of every handler file (`NAME.wasm`) in `dir`, sorted.
+pub fn scan(dir: &Path) -> anyhow::Result<Vec<String>> {
+    let entries = std::fs::read_dir(dir).with_context(|| {
+        format!(
+            "cannot read handlers directory {}: create it and put NAME.wasm handler files in it",
+            dir.display()
+        )
+    })?;
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter_map(|p| handler_name(&p).filter(|_| p.extension().is_some_and(|x| x == "wasm")))
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// `NAME` for `DIR/NAME.wasm` or `DIR/NAME.toml`; `None` for anything else
+/// (temporary files, hidden files, other extensions).
+pub fn handler_name(path: &Path) -> Option<String> {
+    let ext = path.extension()?.to_str()?;
+    if ext != "wasm" && ext != "toml" {
+        return None;
+    }
+    let stem = path.file_stem()?.to_str()?;
+    (!stem.is_empty() && !stem.starts_with('.') && !stem.contains('.')).then(|| stem.to_string())
+}
+
+/// Short content hash used as a handler's version.
+pub fn content_hash(bytes: &[u8]) -> String {
+    short_hash(&full_hash(bytes))
+}
+
+/// The SHA-256 of `bytes` in hex: the compiled cache's key.
+fn full_hash(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The version: the first 16 hex digits of the full hash.
+fn short_hash(full: &str) -> String {
+    full[..16].to_string()
+}

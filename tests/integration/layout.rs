@@ -1,0 +1,175 @@
+//! The shape of the source tree, which the compiler does not check: the
+//! top-level modules of `src/` import each other without a cycle, and every
+//! broker backend has the same file for each role. `scripts/structure`
+//! prints the same graph, and more, for a person to read.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Each line's code, without `//` comments and without what follows the
+/// file's first `#[cfg(test)]` (tests may use anything).
+fn code(text: &str) -> String {
+    let before_tests = text.split("#[cfg(test)]").next().unwrap_or_default();
+    before_tests
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The top-level modules named through `crate::` in `code`, as
+/// `crate::name` or inside `crate::{a, b::c}`.
+fn named_modules(code: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    for (i, _) in code.match_indices("crate::") {
+        let rest = &code[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let group = &group[..group.find('}').unwrap_or(group.len())];
+            for item in group.split(',') {
+                let name = ident(item.trim());
+                if !name.is_empty() {
+                    found.insert(name);
+                }
+            }
+        } else {
+            found.insert(ident(rest));
+        }
+    }
+    found
+}
+
+/// The module graph of `src/`: each top-level module and those it names.
+fn module_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let root = src();
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let rel = file.strip_prefix(&root).unwrap();
+        let first = rel.components().next().unwrap().as_os_str();
+        let module = first.to_str().unwrap().trim_end_matches(".rs").to_string();
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let deps = graph.entry(module.clone()).or_default();
+        deps.extend(named_modules(&code(&text)));
+        deps.remove(&module);
+    }
+    let modules: BTreeSet<String> = graph.keys().cloned().collect();
+    for deps in graph.values_mut() {
+        deps.retain(|d| modules.contains(d));
+    }
+    graph
+}
+
+/// A cycle through `start`, if there is one: the path back to it.
+fn cycle_from(graph: &BTreeMap<String, BTreeSet<String>>, start: &str) -> Option<Vec<String>> {
+    let mut stack = vec![(start.to_string(), vec![start.to_string()])];
+    let mut seen = BTreeSet::new();
+    while let Some((at, path)) = stack.pop() {
+        for next in &graph[&at] {
+            if next == start {
+                let mut cycle = path.clone();
+                cycle.push(next.clone());
+                return Some(cycle);
+            }
+            if seen.insert(next.clone()) {
+                let mut longer = path.clone();
+                longer.push(next.clone());
+                stack.push((next.clone(), longer));
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn the_modules_of_src_import_each_other_without_a_cycle() {
+    let graph = module_graph();
+    assert!(
+        graph.len() > 15 && graph["broker"].contains("message"),
+        "the graph was not read: {graph:?}"
+    );
+    let cycles: Vec<String> = graph
+        .keys()
+        .filter_map(|m| cycle_from(&graph, m))
+        .map(|c| c.join(" -> "))
+        .collect();
+    assert!(cycles.is_empty(), "import cycles in src/: {cycles:#?}");
+}
+
+#[test]
+fn the_cycle_check_finds_a_cycle() {
+    let mut graph = BTreeMap::new();
+    graph.insert("a".to_string(), BTreeSet::from(["b".to_string()]));
+    graph.insert("b".to_string(), BTreeSet::from(["a".to_string()]));
+    graph.insert("c".to_string(), BTreeSet::from(["a".to_string()]));
+    assert_eq!(cycle_from(&graph, "a").unwrap(), ["a", "b", "a"]);
+    assert!(cycle_from(&graph, "c").is_none());
+    let names = named_modules("use crate::broker::{A, B};\nuse crate::{topic, message::M};");
+    assert_eq!(
+        names,
+        BTreeSet::from(["broker".to_string(), "topic".into(), "message".into()])
+    );
+}
+
+#[test]
+fn every_broker_backend_implements_each_role_in_its_own_file() {
+    let roles = [
+        ("queue.rs", "Queue"),
+        ("dead.rs", "DeadLetters"),
+        ("presence.rs", "Presence"),
+        ("kv.rs", "KvStore"),
+        ("topics.rs", "TopicStore"),
+    ];
+    let broker = src().join("broker");
+    let mut backends = Vec::new();
+    for entry in std::fs::read_dir(&broker).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        for (file, role) in roles {
+            let path = dir.join(file);
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e}; every backend has one file per role",
+                    path.display()
+                )
+            });
+            assert!(
+                text.contains(&format!("impl {role} for ")),
+                "{} does not implement the {role} role",
+                path.display()
+            );
+        }
+        backends.push(dir.file_name().unwrap().to_string_lossy().into_owned());
+    }
+    for known in ["sqlite", "redis"] {
+        assert!(
+            backends.iter().any(|b| b == known),
+            "no {known} in {backends:?}"
+        );
+    }
+}
