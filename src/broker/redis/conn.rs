@@ -101,17 +101,29 @@ impl Client {
 }
 
 /// A Redis error as a broker error: a connection that failed, dropped or
-/// timed out, or a node that is loading, resharding or failing over, may
-/// answer the same command later; anything else (a script error, a missing
-/// permission, a wrong type) is this command's own failure.
+/// timed out, or a node that is loading, resharding, failing over, out of
+/// memory or unable to persist, may answer the same command later; anything
+/// else (a script error, a missing permission, a wrong type) is this
+/// command's own failure.
 pub(super) fn classify(e: RedisError) -> BrokerError {
     let transient = e.is_io_error()
         || e.is_connection_dropped()
         || e.is_timeout()
         || e.is_connection_refusal()
+        || !matches!(e.retry_method(), redis::RetryMethod::NoRetry)
         || matches!(
             e.code(),
-            Some("LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "BUSY")
+            Some(
+                "LOADING"
+                    | "TRYAGAIN"
+                    | "CLUSTERDOWN"
+                    | "MASTERDOWN"
+                    | "BUSY"
+                    | "READONLY"
+                    | "OOM"
+                    | "MISCONF"
+                    | "NOREPLICAS"
+            )
         );
     if transient {
         BrokerError::unavailable("Redis", e)

@@ -98,9 +98,9 @@ impl SqliteBroker {
     }
 }
 
-/// A SQLite error as a broker error: a file that is busy, locked, cannot be
-/// opened or written, or a full disk may clear up, so the call may be made
-/// again; anything else is this call's own failure.
+/// A SQLite error as a broker error: a file that is busy, locked, read-only,
+/// cannot be opened or written, or a full disk may clear up, so the call may
+/// be made again; anything else is this call's own failure.
 pub(super) fn classify(e: rusqlite::Error) -> BrokerError {
     if transient(&e) {
         BrokerError::unavailable("SQLite", e)
@@ -127,6 +127,7 @@ fn transient(e: &rusqlite::Error) -> bool {
                 | ErrorCode::CannotOpen
                 | ErrorCode::SystemIoFailure
                 | ErrorCode::DiskFull
+                | ErrorCode::ReadOnly
                 | ErrorCode::OutOfMemory
         )
     )
