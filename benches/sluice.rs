@@ -87,7 +87,7 @@ fn load(runtime: &Runtime, name: &str, mode: InstanceMode) -> Handler {
 }
 
 fn load_in(runtime: &Runtime, lang: &str, name: &str, mode: InstanceMode) -> Handler {
-    let cache = sluice::cache::CompileCache::new(runtime, None);
+    let cache = sluice::cache::CompileCache::in_memory(runtime);
     let mut handler = sluice::loader::load_file(
         runtime,
         &cache,
@@ -565,7 +565,10 @@ async fn bench_reload(rounds: usize) {
         until_idle: false,
         grace: Duration::from_secs(5),
         max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
-        cache_dir: Some(dir.path().join("cache")),
+        cache: Some(sluice::cache::CacheFiles {
+            dir: dir.path().join("cache"),
+            key: dir.path().join("cache.key"),
+        }),
         watch: true,
     };
     let (stop_tx, mut stop_rx) = watch::channel(false);
@@ -625,8 +628,16 @@ async fn bench_restart(lang: &str, name: &str) {
     for label in ["cold", "warm"] {
         let start = Instant::now();
         let runtime = Runtime::new().unwrap();
-        let cache =
-            sluice::cache::CompileCache::new(&runtime, Some(cache_dir.path().to_path_buf()));
+        let files = sluice::cache::CacheFiles {
+            dir: cache_dir.path().join("cache"),
+            key: cache_dir.path().join("cache.key"),
+        };
+        let cache = sluice::cache::CompileCache::on_disk(
+            &runtime,
+            &files,
+            &cache_dir.path().join("handlers"),
+        )
+        .unwrap();
         let handler = sluice::loader::load_file(
             &runtime,
             &cache,

@@ -18,7 +18,7 @@ use anyhow::Result;
 
 use crate::bind;
 use crate::broker::{Broker, STATUS_EVERY};
-use crate::cache::CompileCache;
+use crate::cache::{CacheFiles, CompileCache};
 use crate::error::chain;
 use crate::loader::{self, Loader};
 use crate::redrive::{self, Clock, SystemClock};
@@ -36,7 +36,7 @@ pub struct RunOptions {
     pub grace: Duration,
     pub max_message_size: u64,
     /// Where compiled components are cached; `None` keeps them in memory only.
-    pub cache_dir: Option<PathBuf>,
+    pub cache: Option<CacheFiles>,
     /// Follow changes to the handlers directory.
     pub watch: bool,
 }
@@ -59,7 +59,10 @@ pub async fn run_with_clock(
     clock: Arc<dyn Clock>,
 ) -> Result<()> {
     let runtime = Runtime::new()?;
-    let cache = CompileCache::new(&runtime, options.cache_dir.clone());
+    let cache = match &options.cache {
+        Some(files) => CompileCache::on_disk(&runtime, files, &options.handlers)?,
+        None => CompileCache::in_memory(&runtime),
+    };
     let loader = Loader::new(runtime, cache, options.max_message_size);
     let registry = Arc::new(Registry::new(
         loader,

@@ -36,9 +36,12 @@ pub struct HostConfig {
     pub max_message_size: Option<Size>,
     /// `text` (default) or `json`.
     pub log_format: Option<LogFormat>,
-    /// Where compiled handlers are cached (default: `.sluice-cache` in the
-    /// handlers directory).
+    /// Where compiled handlers are cached (default: `$XDG_CACHE_HOME/sluice`,
+    /// else `~/.cache/sluice`). Never inside the handlers directory.
     pub cache_dir: Option<PathBuf>,
+    /// The file of the secret that authenticates cache entries (default:
+    /// `$XDG_CONFIG_HOME/sluice/cache.key`, else `~/.config/sluice/cache.key`).
+    pub cache_key: Option<PathBuf>,
 }
 
 /// How log lines are written: `text` for people, `json` for collectors.

@@ -7,6 +7,7 @@ use clap::Args;
 
 use super::Context;
 use crate::app::{RunOptions, run as run_app};
+use crate::cache::CacheFiles;
 
 /// The arguments of `sluice run`.
 #[derive(Debug, Args)]
@@ -26,13 +27,14 @@ pub async fn run(ctx: &Context, args: RunArgs) -> Result<()> {
         .unwrap_or_else(|| PathBuf::from("handlers"));
     let broker = ctx.broker().await?;
     tracing::info!(broker = %ctx.broker_url, handlers = %handlers.display(), "sluice starting");
-    let cache_dir = ctx
-        .config
-        .cache_dir
-        .clone()
-        .unwrap_or_else(|| handlers.join(".sluice-cache"));
+    let cache = cache_files(ctx);
+    if cache.is_none() {
+        tracing::warn!(
+            "no home directory to keep compiled handlers in: they are compiled at every start; set cache_dir and cache_key in sluice.toml"
+        );
+    }
     let options = RunOptions {
-        cache_dir: Some(cache_dir),
+        cache,
         watch: true,
         handlers,
         until_idle: args.until_idle,
@@ -40,6 +42,24 @@ pub async fn run(ctx: &Context, args: RunArgs) -> Result<()> {
         max_message_size: ctx.config.max_message_size(),
     };
     run_app(broker, options, shutdown_signal()).await
+}
+
+/// Where compiled handlers are cached: `cache_dir` and `cache_key` from
+/// sluice.toml, each defaulting to the user's cache and config directories.
+fn cache_files(ctx: &Context) -> Option<CacheFiles> {
+    let default = CacheFiles::default_for_user();
+    Some(CacheFiles {
+        dir: ctx
+            .config
+            .cache_dir
+            .clone()
+            .or_else(|| default.as_ref().map(|d| d.dir.clone()))?,
+        key: ctx
+            .config
+            .cache_key
+            .clone()
+            .or_else(|| default.map(|d| d.key))?,
+    })
 }
 
 /// Resolves on SIGINT or SIGTERM.

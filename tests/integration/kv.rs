@@ -169,7 +169,7 @@ fn kv_call_stuck_in_the_host_times_out() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let runtime = Runtime::new().unwrap();
-        let cache = sluice::cache::CompileCache::new(&runtime, None);
+        let cache = sluice::cache::CompileCache::in_memory(&runtime);
         let handler = sluice::loader::load_file(&runtime, &cache, "kv_a", &wasm, 1 << 20)
             .unwrap()
             .with_kv(Arc::new(Stuck));

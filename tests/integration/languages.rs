@@ -19,6 +19,17 @@ fn shared_cache() -> PathBuf {
     repo_root().join("target/test-compiled-cache")
 }
 
+/// The `sluice.toml` lines that use the shared cache, with its own key (a
+/// key per test would make every entry another test wrote fail its check).
+pub fn shared_cache_config() -> String {
+    let cache = shared_cache();
+    format!(
+        "cache_dir = {:?}\ncache_key = {:?}\n",
+        cache.to_str().unwrap(),
+        cache.with_extension("key").to_str().unwrap()
+    )
+}
+
 fn component(lang: &str, name: &str) -> PathBuf {
     let path = repo_root()
         .join("guests/out")
@@ -43,11 +54,7 @@ fn sidecar(lang: &str, extra: &str) -> String {
 
 fn env_for(lang: &str) -> Env {
     let env = Env::new();
-    std::fs::write(
-        env.dir.path().join("sluice.toml"),
-        format!("cache_dir = {:?}\n", shared_cache().to_str().unwrap()),
-    )
-    .unwrap();
+    std::fs::write(env.dir.path().join("sluice.toml"), shared_cache_config()).unwrap();
     // `orders_nokv` is `orders` without the key-value grant; `orders_unbound`
     // announces on a topic no queue is bound to.
     for (name, source) in [

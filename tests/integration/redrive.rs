@@ -114,7 +114,7 @@ fn scheduled_redrive_until_max_redrives(env: Env) {
             until_idle: false,
             grace: Duration::from_secs(5),
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
-            cache_dir: None,
+            cache: None,
             watch: false,
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -306,14 +306,56 @@ fn sidecar_change_applies_without_recompiling() {
     stop(host);
 }
 
+/// The compiled cache holds native code: an entry copied over another's
+/// (planted, or a mix-up) fails its keyed check and is compiled again, and
+/// the handler runs as itself, never as the other component.
+#[test]
+fn a_cache_entry_copied_from_another_component_is_compiled_again() {
+    let env = Env::new();
+    env.deploy("hello", "hello", None);
+    env.deploy("hostile_trap", "trap", None);
+    env.send("hello", "one", &[]);
+    env.run_until_idle();
+    let entry = |name: &str| {
+        let version =
+            version_of(&std::fs::read(env.handlers.join(format!("{name}.wasm"))).unwrap());
+        std::fs::read_dir(env.cache_dir())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(&version)
+            })
+            .unwrap_or_else(|| panic!("no cache entry for {name}"))
+    };
+    let (hello, trap) = (entry("hello"), entry("trap"));
+    std::fs::copy(&trap, &hello).unwrap();
+
+    env.send("hello", "two", &[]);
+    let log = env.run_until_idle();
+    assert!(
+        log.contains("compiled-cache entry deleted and compiled again")
+            && log.contains(&hello.display().to_string()),
+        "{log}"
+    );
+    assert_eq!(lines_with(&log, "hello from sluice").len(), 1, "{log}");
+    assert_eq!(env.count("hello", "done"), 2, "{log}");
+    assert_eq!(env.count("hello", "dead"), 0, "{log}");
+    assert_ne!(
+        std::fs::read(&hello).unwrap(),
+        std::fs::read(&trap).unwrap()
+    );
+}
+
 #[test]
 fn corrupt_cache_entry_is_detected_and_rebuilt() {
     let env = Env::new();
     env.deploy("hello", "hello", None);
     env.send("hello", "one", &[]);
     env.run_until_idle();
-    let cache = env.handlers.join(".sluice-cache");
-    let entries: Vec<_> = std::fs::read_dir(&cache)
+    let entries: Vec<_> = std::fs::read_dir(env.cache_dir())
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
@@ -329,14 +371,15 @@ fn corrupt_cache_entry_is_detected_and_rebuilt() {
     let log = env.run_until_idle();
     assert!(start.elapsed() < Duration::from_secs(30));
     assert!(
-        log.contains("damaged compiled-cache entry deleted"),
+        log.contains("compiled-cache entry deleted and compiled again")
+            && log.contains("failed its authentication check"),
         "{log}"
     );
     assert_eq!(env.count("hello", "done"), 2);
     // Rebuilt: the next start reads it back without complaint.
     env.send("hello", "three", &[]);
     let log = env.run_until_idle();
-    assert!(!log.contains("damaged"), "{log}");
+    assert!(!log.contains("compiled again"), "{log}");
     assert_ne!(std::fs::read(entry).unwrap(), data);
     assert_eq!(env.count("hello", "done"), 3);
 }

@@ -41,13 +41,7 @@ fn scaffold_build_deploy(lang: &str) {
     let env = Env::new();
     std::fs::write(
         env.dir.path().join("sluice.toml"),
-        format!(
-            "cache_dir = {:?}\n",
-            repo_root()
-                .join("target/test-compiled-cache")
-                .to_str()
-                .unwrap()
-        ),
+        crate::languages::shared_cache_config(),
     )
     .unwrap();
     let name = format!("greeter_{lang}");

@@ -101,6 +101,10 @@ impl Env {
         }
         cmd.args(args).current_dir(self.dir.path());
         cmd.env("SLUICE_LOG", "info").env("NO_COLOR", "1");
+        // The compiled cache and its key are the environment's own: no test
+        // sees another's entries, and none writes to the user's home.
+        cmd.env("XDG_CACHE_HOME", self.dir.path().join("xdg-cache"))
+            .env("XDG_CONFIG_HOME", self.dir.path().join("xdg-config"));
         cmd
     }
 
@@ -142,6 +146,11 @@ impl Env {
             out.status
         );
         log
+    }
+
+    /// The directory of this environment's compiled cache.
+    pub fn cache_dir(&self) -> PathBuf {
+        self.dir.path().join("xdg-cache/sluice")
     }
 
     /// Start `sluice run` (not until idle) in the background.
