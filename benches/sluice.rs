@@ -565,6 +565,7 @@ async fn bench_reload(rounds: usize) {
         until_idle: false,
         grace: Duration::from_secs(5),
         max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+        max_component_size: sluice::files::DEFAULT_MAX_COMPONENT_SIZE,
         cache: Some(sluice::cache::CacheFiles {
             dir: dir.path().join("cache"),
             key: dir.path().join("cache.key"),

@@ -20,7 +20,7 @@ use crate::bind;
 use crate::broker::{Broker, STATUS_EVERY};
 use crate::cache::{CacheFiles, CompileCache};
 use crate::error::chain;
-use crate::loader::{self, Loader};
+use crate::loader::{self, LoadLimits, Loader};
 use crate::redrive::{self, Clock, SystemClock};
 use crate::registry::Registry;
 use crate::reload::{DirWatcher, RESCAN};
@@ -35,6 +35,8 @@ pub struct RunOptions {
     /// How long in-flight calls may finish after a stop.
     pub grace: Duration,
     pub max_message_size: u64,
+    /// The largest handler component loaded.
+    pub max_component_size: u64,
     /// Where compiled components are cached; `None` keeps them in memory only.
     pub cache: Option<CacheFiles>,
     /// Follow changes to the handlers directory.
@@ -63,7 +65,11 @@ pub async fn run_with_clock(
         Some(files) => CompileCache::on_disk(&runtime, files, &options.handlers)?,
         None => CompileCache::in_memory(&runtime),
     };
-    let loader = Loader::new(runtime, cache, options.max_message_size);
+    let limits = LoadLimits {
+        max_message_size: options.max_message_size,
+        max_component_size: options.max_component_size,
+    };
+    let loader = Loader::new(runtime, cache, limits);
     let registry = Arc::new(Registry::new(
         loader,
         broker.clone(),

@@ -51,13 +51,23 @@ pub async fn bind_all(store: &dyn TopicStore, specs: &[HandlerSpec]) {
 /// the load, which reports it. Of two sidecars naming one queue, only the
 /// first name's is bound, as only the first loads.
 pub async fn bind_sidecars(store: &dyn TopicStore, dir: &Path, names: &[String]) {
+    // Read off the async threads: files are small and regular by then, but
+    // a slow disk must not hold the runtime.
+    let specs = {
+        let (dir, names) = (dir.to_path_buf(), names.to_vec());
+        tokio::task::spawn_blocking(move || sidecar_specs(&dir, &names))
+            .await
+            .unwrap_or_default()
+    };
+    bind_all(store, &specs).await;
+}
+
+/// The specs of the sidecars that parse, the first of each queue.
+fn sidecar_specs(dir: &Path, names: &[String]) -> Vec<HandlerSpec> {
     let mut queues = BTreeSet::new();
-    for name in names {
-        let sidecar = dir.join(format!("{name}.toml"));
-        if let Ok(spec) = load_spec(name, &sidecar)
-            && queues.insert(spec.queue.clone())
-        {
-            bind(store, &spec).await;
-        }
-    }
+    names
+        .iter()
+        .filter_map(|name| load_spec(name, &dir.join(format!("{name}.toml"))).ok())
+        .filter(|spec| queues.insert(spec.queue.clone()))
+        .collect()
 }

@@ -6,9 +6,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use serde::Deserialize;
 
+use crate::error::chain;
+use crate::files::{DEFAULT_MAX_COMPONENT_SIZE, MAX_CONFIG_SIZE, read_text};
 use crate::message::{DEFAULT_MAX_MESSAGE_SIZE, validate_queue_name};
 use crate::policy::{Backoff, RedrivePolicy, RetryPolicy};
 use crate::units::{Dur, Size};
@@ -42,6 +44,8 @@ pub struct HostConfig {
     /// The file of the secret that authenticates cache entries (default:
     /// `$XDG_CONFIG_HOME/sluice/cache.key`, else `~/.config/sluice/cache.key`).
     pub cache_key: Option<PathBuf>,
+    /// The largest handler component loaded (default 128 MiB).
+    pub max_component_size: Option<Size>,
 }
 
 /// How log lines are written: `text` for people, `json` for collectors.
@@ -55,9 +59,15 @@ pub enum LogFormat {
 
 impl HostConfig {
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        let text = read_text(path, MAX_CONFIG_SIZE, "a config file is a few KiB")
+            .map_err(|e| anyhow::anyhow!("config file {}", chain(&e)))?;
         parse_toml(path, &text)
+    }
+
+    /// The largest handler component loaded.
+    pub fn max_component_size(&self) -> u64 {
+        self.max_component_size
+            .map_or(DEFAULT_MAX_COMPONENT_SIZE, |s| s.0)
     }
 
     pub fn max_message_size(&self) -> u64 {
@@ -213,8 +223,8 @@ impl HandlerSpec {
 
     /// Read the sidecar at `path` for handler `name`.
     pub fn load(name: &str, path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read handler config {}", path.display()))?;
+        let text = read_text(path, MAX_CONFIG_SIZE, "a sidecar is a few KiB")
+            .map_err(|e| anyhow::anyhow!("handler config {}", chain(&e)))?;
         Self::parse(name, path, &text)
     }
 

@@ -6,8 +6,8 @@
 //! The parts, each depending only on those listed before it (no module
 //! imports one that imports it back; the `layout` test checks this):
 //!
-//! * [`units`], [`error`] — sizes and durations as people write them, and
-//!   error chains on one line.
+//! * [`units`], [`error`], [`files`] — sizes and durations as people write
+//!   them, error chains on one line, and bounded reads of regular files only.
 //! * [`message`] — the envelope: what is published and what is delivered.
 //! * [`policy`] — pure retry and dead-letter decisions.
 //! * [`topic`] — routing keys, patterns and which queues a topic publish reaches.
@@ -43,6 +43,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod files;
 pub mod host;
 pub mod loader;
 pub mod message;

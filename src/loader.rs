@@ -12,6 +12,8 @@ use sha2::{Digest, Sha256};
 use crate::cache::{CompileCache, Source};
 use crate::check::{self, CheckError};
 use crate::config::HandlerSpec;
+use crate::files::{DEFAULT_MAX_COMPONENT_SIZE, FileError, read_regular};
+use crate::message::DEFAULT_MAX_MESSAGE_SIZE;
 use crate::runtime::{Handler, MAX_HANDLER_MEMORY, Runtime};
 use crate::units::format_size;
 
@@ -29,13 +31,10 @@ pub enum LoadError {
         .sidecar.display(), format_size(*.asked), format_size(MAX_HANDLER_MEMORY)
     )]
     MemoryOverLimit { sidecar: PathBuf, asked: u64 },
-    /// The `.wasm` file could not be read.
-    #[error("{}: cannot read", .path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The `.wasm` file could not be read: missing, not a regular file, or
+    /// over the size limit.
+    #[error(transparent)]
+    Read(#[from] FileError),
     /// The file is not a valid component of the `handler` world.
     #[error("{}", .path.display())]
     Component {
@@ -45,45 +44,71 @@ pub enum LoadError {
     },
 }
 
+/// The sizes a loader holds handlers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadLimits {
+    /// The largest message a handler may publish.
+    pub max_message_size: u64,
+    /// The largest component file read.
+    pub max_component_size: u64,
+}
+
+impl Default for LoadLimits {
+    fn default() -> Self {
+        LoadLimits {
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            max_component_size: DEFAULT_MAX_COMPONENT_SIZE,
+        }
+    }
+}
+
 /// Loads handler files for one host: its runtime, its compiled cache and
-/// the message size limit its handlers' publishes get.
+/// its limits.
 pub struct Loader {
     runtime: Runtime,
     cache: CompileCache,
-    max_message_size: u64,
+    limits: LoadLimits,
 }
 
 impl Loader {
     /// A loader compiling for `runtime` through `cache`.
-    pub fn new(runtime: Runtime, cache: CompileCache, max_message_size: u64) -> Self {
+    pub fn new(runtime: Runtime, cache: CompileCache, limits: LoadLimits) -> Self {
         Loader {
             runtime,
             cache,
-            max_message_size,
+            limits,
         }
     }
 
     /// Load handler `name` from `path` and its sidecar beside it (`NAME.toml`).
     pub fn load(&self, name: &str, path: &Path) -> Result<Handler, LoadError> {
-        load_file(
-            &self.runtime,
-            &self.cache,
-            name,
-            path,
-            self.max_message_size,
-        )
+        load_with(&self.runtime, &self.cache, name, path, self.limits)
     }
 }
 
 /// Load handler `name` from `path` and its sidecar, compiling through
-/// `cache`: what [`Loader::load`] does, for tools and tests that have no
-/// loader.
+/// `cache`, with the default component size limit: what [`Loader::load`]
+/// does, for tools and tests that have no loader.
 pub fn load_file(
     runtime: &Runtime,
     cache: &CompileCache,
     name: &str,
     path: &Path,
     max_message_size: u64,
+) -> Result<Handler, LoadError> {
+    let limits = LoadLimits {
+        max_message_size,
+        ..LoadLimits::default()
+    };
+    load_with(runtime, cache, name, path, limits)
+}
+
+fn load_with(
+    runtime: &Runtime,
+    cache: &CompileCache,
+    name: &str,
+    path: &Path,
+    limits: LoadLimits,
 ) -> Result<Handler, LoadError> {
     let sidecar = path.with_extension("toml");
     let spec = load_spec(name, &sidecar).map_err(|e| LoadError::Sidecar(format!("{e:#}")))?;
@@ -93,10 +118,11 @@ pub fn load_file(
             asked: spec.memory,
         });
     }
-    let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = read_regular(
+        path,
+        limits.max_component_size,
+        "raise max_component_size in sluice.toml",
+    )?;
     let component = |source| LoadError::Component {
         path: path.to_path_buf(),
         source,
@@ -115,13 +141,15 @@ pub fn load_file(
         path.to_path_buf(),
         version,
         pre,
-        max_message_size,
+        limits.max_message_size,
     ))
 }
 
-/// Handler `name`'s spec from its sidecar, or the defaults without one.
+/// Handler `name`'s spec from its sidecar, or the defaults without one. A
+/// sidecar that is there but cannot be read (a dangling link, a FIFO) is
+/// an error, not a missing sidecar.
 pub fn load_spec(name: &str, sidecar: &Path) -> anyhow::Result<HandlerSpec> {
-    if sidecar.exists() {
+    if sidecar.symlink_metadata().is_ok() {
         HandlerSpec::load(name, sidecar)
     } else {
         HandlerSpec::defaults(name)

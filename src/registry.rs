@@ -81,7 +81,9 @@ impl Registry {
     /// version, apply a changed sidecar, or unload it when its `.wasm` is gone.
     pub async fn apply(&self, name: &str) {
         let wasm = self.dir.join(format!("{name}.wasm"));
-        if !wasm.is_file() {
+        // Gone: unload. Anything else by that name (a directory, a FIFO, a
+        // dangling link) is refused by the loader, with why.
+        if wasm.symlink_metadata().is_err() {
             self.unload(name).await;
             return;
         }

@@ -65,6 +65,12 @@ impl DirWatcher {
             };
             for path in &event.paths {
                 if let Some(name) = handler_name(path) {
+                    // Nothing is written into a link, a directory or a FIFO:
+                    // it is complete (and refused) as soon as it is made.
+                    let seen = match path.symlink_metadata() {
+                        Ok(meta) if seen == Seen::Writing && !meta.is_file() => Seen::Settled,
+                        _ => seen,
+                    };
                     let _ = tx.send((name, seen));
                 }
             }

@@ -2,10 +2,12 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use clap::Args;
 
 use super::Context;
+use crate::error::chain;
+use crate::files::read_regular;
 use crate::runtime::Runtime;
 use crate::units::format_size;
 
@@ -17,8 +19,9 @@ pub struct CheckArgs {
 }
 
 pub fn check(ctx: &Context, args: CheckArgs) -> Result<()> {
-    let bytes = std::fs::read(&args.file)
-        .with_context(|| format!("cannot read {}", args.file.display()))?;
+    let limit = ctx.config.max_component_size();
+    let bytes = read_regular(&args.file, limit, "raise max_component_size in sluice.toml")
+        .map_err(|e| anyhow::anyhow!(chain(&e)))?;
     let runtime = Runtime::new()?;
     let report = crate::check::check(&runtime, &bytes)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;

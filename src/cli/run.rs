@@ -40,6 +40,7 @@ pub async fn run(ctx: &Context, args: RunArgs) -> Result<()> {
         until_idle: args.until_idle,
         grace: ctx.grace(),
         max_message_size: ctx.config.max_message_size(),
+        max_component_size: ctx.config.max_component_size(),
     };
     run_app(broker, options, shutdown_signal()).await
 }

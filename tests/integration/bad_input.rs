@@ -1,6 +1,8 @@
 //! Bad input gets one clear line naming the file or field, and everything
 //! else keeps being served.
 
+use std::time::{Duration, Instant};
+
 use crate::support::{Env, guest, lines_with};
 
 #[test]
@@ -212,4 +214,123 @@ fn bad_broker_url_and_bad_header_are_clear() {
         !out.status.success() && err.contains("bad queue name \"a/b\""),
         "{err}"
     );
+}
+
+/// Make a FIFO at `path`.
+fn mkfifo(path: &std::path::Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo (coreutils) runs");
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// Handler files that are not regular files, or too large, all at once in a
+/// live handlers directory: each is refused with why (in the log and in
+/// `stats --handlers`), nothing hangs or grows, and the rest serve.
+#[test]
+fn files_that_are_not_regular_or_too_large_are_refused_and_the_rest_serve() {
+    let env = Env::new();
+    std::fs::write(
+        env.dir.path().join("sluice.toml"),
+        "max_component_size = \"1MiB\"\n",
+    )
+    .unwrap();
+    env.deploy("hello", "hello", None);
+    let log = env.dir.path().join("run.log");
+    let mut host = env.spawn_run(&log);
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    crate::support::wait_until(Duration::from_secs(30), "hello serving", || {
+        read_log().contains("handler serving")
+    });
+
+    let h = &env.handlers;
+    // A component linked to /dev/zero, and a sidecar linked to it.
+    std::os::unix::fs::symlink("/dev/zero", h.join("zero.wasm")).unwrap();
+    env.deploy("hello", "zerocfg", None);
+    std::os::unix::fs::symlink("/dev/zero", h.join("zerocfg.toml")).unwrap();
+    // A sidecar that is a FIFO no one writes to, and a component that is one.
+    env.deploy("hello", "stuck", None);
+    mkfifo(&h.join("stuck.toml"));
+    mkfifo(&h.join("pipe.wasm"));
+    // A directory named like a component, and a component over the limit.
+    std::fs::create_dir(h.join("dir.wasm")).unwrap();
+    let big = std::fs::File::create(h.join("big.wasm")).unwrap();
+    big.set_len(3 << 20).unwrap();
+    drop(big);
+
+    let expect = [
+        (
+            "zero",
+            "zero.wasm: is a character device, not a regular file",
+        ),
+        (
+            "zerocfg",
+            "zerocfg.toml: is a character device, not a regular file",
+        ),
+        (
+            "stuck",
+            "stuck.toml: is a FIFO (named pipe), not a regular file",
+        ),
+        (
+            "pipe",
+            "pipe.wasm: is a FIFO (named pipe), not a regular file",
+        ),
+        ("dir", "dir.wasm: is a directory, not a regular file"),
+        (
+            "big",
+            "big.wasm: is 3MiB, over the limit of 1MiB (raise max_component_size",
+        ),
+    ];
+    let refused = || {
+        env.sluice(&["--json", "stats", "--handlers"])
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter_map(|h| {
+                let reason = h["last_refusal"].as_str()?.to_string();
+                Some((h["handler"].as_str()?.to_string(), reason))
+            })
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    crate::support::wait_until(Duration::from_secs(30), "every bad file refused", || {
+        let got = refused();
+        expect
+            .iter()
+            .all(|(name, why)| got.get(*name).is_some_and(|r| r.contains(why)))
+    });
+    // The host still serves, and still follows the directory.
+    env.send("hello", "still served", &[]);
+    env.deploy("hello", "late", None);
+    env.send("late", "new handler", &[]);
+    crate::support::wait_until(Duration::from_secs(30), "served", || {
+        env.count("hello", "done") == 1 && env.count("late", "done") == 1
+    });
+    let status = read_status(host.id());
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    assert!(rss_kib < 512 << 10, "the host grew to {rss_kib} KiB");
+    host.kill().unwrap();
+    host.wait().unwrap();
+
+    // A start with all of them there ends as soon as the queues are idle.
+    let start = Instant::now();
+    env.send("hello", "after a restart", &[]);
+    let log = env.run_until_idle();
+    assert!(start.elapsed() < Duration::from_secs(20), "{log}");
+    assert_eq!(env.count("hello", "done"), 2, "{log}");
+    for (name, why) in expect {
+        assert!(
+            lines_with(&log, why)
+                .iter()
+                .any(|l| l.contains("handler refused")),
+            "{name}: no refusal with {why:?} in:\n{log}"
+        );
+    }
+}
+
+fn read_status(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap()
 }

@@ -114,6 +114,7 @@ fn scheduled_redrive_until_max_redrives(env: Env) {
             until_idle: false,
             grace: Duration::from_secs(5),
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            max_component_size: sluice::files::DEFAULT_MAX_COMPONENT_SIZE,
             cache: None,
             watch: false,
         };
