@@ -15,6 +15,7 @@ use crate::message::{DEFAULT_MAX_MESSAGE_SIZE, validate_queue_name};
 use crate::policy::{Backoff, RedrivePolicy, RetryPolicy};
 use crate::units::{Dur, Size};
 
+pub mod bounds;
 mod capabilities;
 mod redrive;
 mod subscriptions;
@@ -61,7 +62,25 @@ impl HostConfig {
     pub fn load(path: &Path) -> Result<Self> {
         let text = read_text(path, MAX_CONFIG_SIZE, "a config file is a few KiB")
             .map_err(|e| anyhow::anyhow!("config file {}", chain(&e)))?;
-        parse_toml(path, &text)
+        let config: HostConfig = parse_toml(path, &text)?;
+        config
+            .validate()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        Ok(config)
+    }
+
+    /// Check every number against what sluice can honour.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(grace) = self.shutdown_grace {
+            bounds::check_duration("shutdown_grace", grace.0, bounds::SHUTDOWN_GRACE)?;
+        }
+        if let Some(size) = self.max_message_size {
+            bounds::check_size("max_message_size", size.0, bounds::MESSAGE_SIZE)?;
+        }
+        if let Some(size) = self.max_component_size {
+            bounds::check_size("max_component_size", size.0, bounds::COMPONENT_SIZE)?;
+        }
+        Ok(())
     }
 
     /// The largest handler component loaded.
@@ -237,31 +256,43 @@ impl HandlerSpec {
 fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
     let queue = raw.queue.unwrap_or_else(|| name.to_string());
     validate_queue_name(&queue).map_err(|e| anyhow::anyhow!("field `queue`: {e}"))?;
-    let concurrency = raw.concurrency.unwrap_or(16);
-    if concurrency == 0 {
-        bail!("field `concurrency` must be at least 1");
-    }
-    let prefetch = raw.prefetch.unwrap_or(concurrency * 4).max(concurrency);
-    let lease = raw.lease.map_or(DEFAULT_LEASE, |d| d.0);
-    let timeout = raw.limits.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0);
-    if timeout.is_zero() {
-        bail!("field `limits.timeout` must be more than zero");
-    }
-    if timeout >= lease {
+    let concurrency = bounds::check(
+        "concurrency",
+        raw.concurrency.unwrap_or(16),
+        bounds::CONCURRENCY,
+    )?;
+    let prefetch = match raw.prefetch {
+        Some(n) => bounds::check("prefetch", n, bounds::PREFETCH)?.max(concurrency),
+        None => concurrency * 4,
+    };
+    let lease = bounds::check_duration(
+        "lease",
+        raw.lease.map_or(DEFAULT_LEASE, |d| d.0),
+        bounds::LEASE,
+    )?;
+    let timeout = bounds::check_duration(
+        "limits.timeout",
+        raw.limits.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0),
+        bounds::TIMEOUT,
+    )?;
+    if timeout + bounds::LEASE_MARGIN > lease {
         bail!(
-            "field `limits.timeout` ({}) must be shorter than `lease` ({}), or a message could be handled twice at once",
+            "field `limits.timeout` ({}) must be at least {} shorter than `lease` ({}): the margin lets a call that runs to its timeout settle before its lease ends, or a message could be handled twice at once",
             humantime::format_duration(timeout),
+            humantime::format_duration(bounds::LEASE_MARGIN),
             humantime::format_duration(lease)
         );
     }
-    let memory = raw.limits.memory.map_or(DEFAULT_MEMORY, |s| s.0);
-    if memory < 1 << 16 {
-        bail!("field `limits.memory` must be at least 64KiB");
-    }
-    let max_messages_per_instance = raw.max_messages_per_instance.unwrap_or(1000);
-    if max_messages_per_instance == 0 {
-        bail!("field `max_messages_per_instance` must be at least 1");
-    }
+    let memory = bounds::check_size(
+        "limits.memory",
+        raw.limits.memory.map_or(DEFAULT_MEMORY, |s| s.0),
+        bounds::MEMORY,
+    )?;
+    let max_messages_per_instance = bounds::check(
+        "max_messages_per_instance",
+        raw.max_messages_per_instance.unwrap_or(1000),
+        bounds::MAX_MESSAGES_PER_INSTANCE,
+    )?;
     let on_dead = raw.retry.on_dead.clone();
     if let Some(q) = &on_dead {
         validate_queue_name(q).map_err(|e| anyhow::anyhow!("field `retry.on_dead`: {e}"))?;
@@ -294,18 +325,34 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
 
 fn resolve_retry(raw: RawRetry) -> Result<RetryPolicy> {
     let defaults = RetryPolicy::default();
-    let max_attempts = raw.max_attempts.unwrap_or(defaults.max_attempts);
-    if max_attempts == 0 {
-        bail!("field `retry.max_attempts` must be at least 1");
-    }
+    let max_attempts = bounds::check(
+        "retry.max_attempts",
+        raw.max_attempts.unwrap_or(defaults.max_attempts),
+        bounds::MAX_ATTEMPTS,
+    )?;
+    let delay = |field: &str, d: Option<Dur>, default: Duration| {
+        bounds::check_duration(field, d.map_or(default, |d| d.0), bounds::DELAY)
+    };
     let exponential_set =
         raw.initial.is_some() || raw.max.is_some() || raw.factor.is_some() || raw.jitter.is_some();
     let backoff = match raw.delays {
         Some(_) if exponential_set => bail!(
             "`retry.delays` cannot be combined with `retry.initial`, `max`, `factor` or `jitter`: choose delay levels or exponential backoff"
         ),
-        Some(levels) if levels.is_empty() => bail!("field `retry.delays` needs at least one delay"),
-        Some(levels) => Backoff::Fixed(levels.into_iter().map(|d| d.0).collect()),
+        Some(levels) => {
+            let (min, max) = bounds::DELAY_LEVELS;
+            if levels.len() < min || levels.len() > max {
+                bail!(
+                    "field `retry.delays` needs from {min} to {max} delays, not {}",
+                    levels.len()
+                );
+            }
+            let levels = levels
+                .into_iter()
+                .map(|d| delay("retry.delays", Some(d), Duration::ZERO))
+                .collect::<Result<_>>()?;
+            Backoff::Fixed(levels)
+        }
         None => {
             let Backoff::Exponential {
                 initial,
@@ -316,8 +363,8 @@ fn resolve_retry(raw: RawRetry) -> Result<RetryPolicy> {
             else {
                 unreachable!("the default backoff is exponential")
             };
-            let initial = raw.initial.map_or(initial, |d| d.0);
-            let max = raw.max.map_or(max, |d| d.0);
+            let initial = delay("retry.initial", raw.initial, initial)?;
+            let max = delay("retry.max", raw.max, max)?;
             let factor = raw.factor.unwrap_or(factor);
             if !(1.0..=100.0).contains(&factor) {
                 bail!("field `retry.factor` must be between 1.0 and 100.0, not {factor}");
@@ -336,9 +383,11 @@ fn resolve_retry(raw: RawRetry) -> Result<RetryPolicy> {
     Ok(RetryPolicy {
         max_attempts,
         backoff,
-        max_guest_delay: raw
-            .max_guest_delay
-            .map_or(defaults.max_guest_delay, |d| d.0),
+        max_guest_delay: delay(
+            "retry.max_guest_delay",
+            raw.max_guest_delay,
+            defaults.max_guest_delay,
+        )?,
     })
 }
 
@@ -360,7 +409,11 @@ fn resolve_idempotency(raw: RawIdempotency) -> Result<Idempotency> {
     Ok(Idempotency {
         enabled: raw.enabled.unwrap_or(true),
         source,
-        retention: raw.retention.map_or(DEFAULT_RETENTION, |d| d.0),
+        retention: bounds::check_duration(
+            "idempotency.retention",
+            raw.retention.map_or(DEFAULT_RETENTION, |d| d.0),
+            bounds::RETENTION,
+        )?,
     })
 }
 

@@ -14,8 +14,7 @@ use crate::check::{self, CheckError};
 use crate::config::HandlerSpec;
 use crate::files::{DEFAULT_MAX_COMPONENT_SIZE, FileError, read_regular};
 use crate::message::DEFAULT_MAX_MESSAGE_SIZE;
-use crate::runtime::{Handler, MAX_HANDLER_MEMORY, Runtime};
-use crate::units::format_size;
+use crate::runtime::{Handler, Runtime};
 
 /// Why a handler file could not be loaded. The text names the file; the
 /// cause, where there is one, is the source (see [`crate::error::chain`]).
@@ -25,12 +24,6 @@ pub enum LoadError {
     /// the sidecar and the field.
     #[error("{0}")]
     Sidecar(String),
-    /// The sidecar asks for more memory than any handler may have.
-    #[error(
-        "{}: `limits.memory` is {}, over the host's limit of {}",
-        .sidecar.display(), format_size(*.asked), format_size(MAX_HANDLER_MEMORY)
-    )]
-    MemoryOverLimit { sidecar: PathBuf, asked: u64 },
     /// The `.wasm` file could not be read: missing, not a regular file, or
     /// over the size limit.
     #[error(transparent)]
@@ -112,12 +105,6 @@ fn load_with(
 ) -> Result<Handler, LoadError> {
     let sidecar = path.with_extension("toml");
     let spec = load_spec(name, &sidecar).map_err(|e| LoadError::Sidecar(format!("{e:#}")))?;
-    if spec.memory > MAX_HANDLER_MEMORY {
-        return Err(LoadError::MemoryOverLimit {
-            sidecar,
-            asked: spec.memory,
-        });
-    }
     let bytes = read_regular(
         path,
         limits.max_component_size,

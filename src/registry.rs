@@ -25,7 +25,7 @@ use crate::error::chain;
 use crate::loader::Loader;
 use crate::policy::RedrivePolicy;
 use crate::runtime::Handler;
-use crate::worker::{QueueWorker, WorkerStats};
+use crate::worker::{WorkerStats, supervise};
 
 /// A handler version serving its queue: its worker task and how to stop it.
 struct Running {
@@ -239,12 +239,16 @@ impl Registry {
             version: None,
             refusals: 0,
             last_refusal: None,
+            worker_restarts: 0,
+            last_worker_failure: None,
             updated_at_ms: now_ms,
         };
         for (name, r) in &state.running {
             let s = out.entry(name).or_insert_with(|| status(name));
             s.queue = Some(r.queue.clone());
             s.version = Some(r.handler.version.clone());
+            s.worker_restarts = r.stats.restarts.load(Ordering::Relaxed);
+            s.last_worker_failure = r.stats.last_failure.lock().expect("stats lock").clone();
         }
         for (name, refused) in &state.refused {
             let s = out.entry(name).or_insert_with(|| status(name));
@@ -264,10 +268,16 @@ impl Registry {
         let queue = spec.queue.clone();
         // The longest a call can take, plus time to settle it.
         let grace = spec.timeout + Duration::from_secs(5);
-        let worker = QueueWorker::new(self.broker.clone(), handler.clone(), spec);
-        let stats = worker.stats.clone();
+        let stats = Arc::new(WorkerStats::default());
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(worker.serve(stop_rx, grace));
+        let task = tokio::spawn(supervise(
+            self.broker.clone(),
+            handler.clone(),
+            spec,
+            stats.clone(),
+            stop_rx,
+            grace,
+        ));
         Running {
             handler,
             stop,

@@ -67,6 +67,8 @@ mod tests {
             version: Some("0123456789abcdef".into()),
             refusals: 2,
             last_refusal: Some("bad".into()),
+            worker_restarts: 1,
+            last_worker_failure: Some("panicked: oops".into()),
             updated_at_ms: 7,
         };
         assert_eq!(decode_status(encode_status(&s).as_bytes()), Some(s.clone()));

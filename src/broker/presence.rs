@@ -67,6 +67,12 @@ pub struct HandlerStatus {
     /// Files of this handler the host refused since it started.
     pub refusals: u64,
     pub last_refusal: Option<String>,
+    /// Times the handler's worker died and was started again.
+    #[serde(default)]
+    pub worker_restarts: u64,
+    /// Why it died last.
+    #[serde(default)]
+    pub last_worker_failure: Option<String>,
     pub updated_at_ms: u64,
 }
 

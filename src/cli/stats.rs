@@ -51,18 +51,24 @@ pub async fn stats(ctx: &Context, args: StatsArgs) -> Result<()> {
     if !handlers.is_empty() {
         println!();
         println!(
-            "{:<20} {:<24} {:<20} {:<16} {:>8}  LAST REFUSAL",
-            "HANDLER", "HOST", "QUEUE", "VERSION", "REFUSALS"
+            "{:<20} {:<24} {:<20} {:<16} {:>8} {:>8}  LAST REFUSAL OR FAILURE",
+            "HANDLER", "HOST", "QUEUE", "VERSION", "REFUSALS", "RESTARTS"
         );
         for h in &handlers {
+            let last = h
+                .last_worker_failure
+                .as_deref()
+                .map(|f| format!("worker died: {f}"))
+                .or_else(|| h.last_refusal.clone())
+                .unwrap_or_else(|| "-".into());
             println!(
-                "{:<20} {:<24} {:<20} {:<16} {:>8}  {}",
+                "{:<20} {:<24} {:<20} {:<16} {:>8} {:>8}  {last}",
                 h.handler,
                 h.host,
                 h.queue.as_deref().unwrap_or("-"),
                 h.version.as_deref().unwrap_or("(none)"),
                 h.refusals,
-                h.last_refusal.as_deref().unwrap_or("-")
+                h.worker_restarts,
             );
         }
     }

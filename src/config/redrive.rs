@@ -1,16 +1,11 @@
 //! `[retry] redrive_every` and `max_redrives`: scheduled redrive of a
 //! handler's dead letters. Both or neither; neither is the default.
 
-use std::time::Duration;
-
 use anyhow::{Result, bail};
 
+use super::bounds;
 use crate::policy::RedrivePolicy;
 use crate::units::Dur;
-
-/// Shorter would make every host ask the broker for dead letters all the
-/// time, for messages that failed a moment ago.
-const MIN_EVERY: Duration = Duration::from_secs(1);
 
 pub(super) fn resolve(every: Option<Dur>, max: Option<u32>) -> Result<Option<RedrivePolicy>> {
     let (every, max_redrives) = match (every, max) {
@@ -23,17 +18,13 @@ pub(super) fn resolve(every: Option<Dur>, max: Option<u32>) -> Result<Option<Red
             "field `retry.redrive_every` needs `retry.max_redrives`: add `max_redrives = 3` (how many times a dead letter is queued again before it stays dead) under [retry], or remove `redrive_every`"
         ),
     };
-    if every < MIN_EVERY {
-        bail!(
-            "field `retry.redrive_every` must be at least 1s, not {}",
-            humantime::format_duration(every)
-        );
-    }
+    let every = bounds::check_duration("retry.redrive_every", every, bounds::REDRIVE_EVERY)?;
     if max_redrives == 0 {
         bail!(
             "field `retry.max_redrives` must be at least 1; to turn redrive off, remove both `redrive_every` and `max_redrives`"
         );
     }
+    let max_redrives = bounds::check("retry.max_redrives", max_redrives, bounds::MAX_REDRIVES)?;
     Ok(Some(RedrivePolicy {
         every,
         max_redrives,
@@ -42,6 +33,8 @@ pub(super) fn resolve(every: Option<Dur>, max: Option<u32>) -> Result<Option<Red
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use std::path::Path;
 
     use super::*;
@@ -98,7 +91,7 @@ mod tests {
     fn ranges_are_checked() {
         let e = error("[retry]\nredrive_every = \"500ms\"\nmax_redrives = 3\n");
         assert!(
-            e.contains("`retry.redrive_every` must be at least 1s, not 500ms"),
+            e.contains("`retry.redrive_every` must be from 1s to 1year, not 500ms"),
             "{e}"
         );
         let e = error("[retry]\nredrive_every = \"1m\"\nmax_redrives = 0\n");

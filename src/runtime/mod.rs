@@ -18,7 +18,7 @@ pub mod limits;
 pub use handler::{Failure, Handler, Invocation};
 
 /// The largest memory cap a handler may ask for.
-pub const MAX_HANDLER_MEMORY: u64 = 4 << 30;
+pub const MAX_HANDLER_MEMORY: u64 = crate::config::bounds::MEMORY.1;
 
 /// Engine, linker and epoch ticker, shared by every handler.
 #[derive(Clone)]

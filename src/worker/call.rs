@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::{Dispatch, Jobs, Settled};
 use crate::broker::Settlement;
-use crate::config::{HandlerSpec, KeySource};
+use crate::config::{HandlerSpec, KeySource, bounds};
 use crate::message::{Delivery, NewMessage, now_ms};
 use crate::policy::{self, Decision, Outcome};
 use crate::runtime::Invocation;
@@ -49,8 +49,11 @@ async fn run_one(
     key: Option<String>,
 ) -> Settlement {
     // A delivery that waited so long that its lease would run out during the
-    // call goes back untouched rather than risk being handled twice at once.
-    let must_end_by = now_ms() + spec.timeout.as_millis() as u64;
+    // call, or while it settles, goes back untouched rather than risk being
+    // handled twice at once. Half the margin a lease must leave beyond the
+    // timeout is for settling.
+    let settle_margin = (bounds::LEASE_MARGIN / 2).as_millis() as u64;
+    let must_end_by = now_ms() + spec.timeout.as_millis() as u64 + settle_margin;
     if must_end_by >= delivery.lease_until_ms {
         return Settlement::Defer {
             delivery,

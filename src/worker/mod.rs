@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::task::JoinSet;
 
 use crate::broker::{Queue, Settlement};
 use crate::config::HandlerSpec;
@@ -27,8 +28,10 @@ use crate::runtime::{Handler, Invocation};
 mod admit;
 mod call;
 mod settle;
+mod supervise;
 
 pub use call::{idempotency_key, settlement_for};
+pub use supervise::supervise;
 
 /// Longest pause between polls of an empty queue.
 const MAX_IDLE_POLL: Duration = Duration::from_millis(50);
@@ -59,6 +62,10 @@ pub struct WorkerStats {
     /// Deliveries leased and not yet settled.
     pub in_flight: AtomicU64,
     pub handled: AtomicU64,
+    /// Times the worker died and was started again.
+    pub restarts: AtomicU64,
+    /// Why it died last.
+    pub last_failure: std::sync::Mutex<Option<String>>,
 }
 
 /// The dispatch loop of one queue for one handler version: see the module.
@@ -91,11 +98,16 @@ impl QueueWorker {
     /// Serve the queue until `stop` turns true, then wait up to `grace` for
     /// the calls in flight. Whatever is still leased after that is left for
     /// its lease to expire and be delivered again.
+    ///
+    /// Panics when one of its stages (settler, callers, admitter) dies while
+    /// it serves, with that stage's panic: a worker missing a stage would
+    /// wedge its queue without a word. [`supervise`] starts a new one.
     pub async fn serve(self, mut stop: watch::Receiver<bool>, grace: Duration) {
         let spec = self.spec.clone();
         let leases = Arc::new(Semaphore::new(spec.prefetch));
+        let mut stages = JoinSet::new();
         let (settle_tx, settle_rx) = mpsc::unbounded_channel::<Settled>();
-        let settler = tokio::spawn(settle::settle_loop(
+        stages.spawn(settle::settle_loop(
             self.broker.clone(),
             spec.queue.clone(),
             settle_rx,
@@ -105,20 +117,18 @@ impl QueueWorker {
         // instance answers in about a microsecond, less than a spawn costs.
         let (jobs_tx, jobs_rx) = mpsc::unbounded_channel::<Job>();
         let jobs: Jobs = Arc::new(Mutex::new(jobs_rx));
-        let callers: Vec<_> = (0..spec.concurrency)
-            .map(|_| {
-                tokio::spawn(call::call_loop(
-                    jobs.clone(),
-                    self.dispatch.clone(),
-                    spec.clone(),
-                    settle_tx.clone(),
-                    stop.clone(),
-                ))
-            })
-            .collect();
+        for _ in 0..spec.concurrency {
+            stages.spawn(call::call_loop(
+                jobs.clone(),
+                self.dispatch.clone(),
+                spec.clone(),
+                settle_tx.clone(),
+                stop.clone(),
+            ));
+        }
         // The admitter takes keys for one batch while the next is read.
         let (leased_tx, leased_rx) = mpsc::unbounded_channel::<Leased>();
-        let admitter = tokio::spawn(admit::admit_loop(
+        stages.spawn(admit::admit_loop(
             leased_rx,
             self.broker.clone(),
             spec.clone(),
@@ -126,7 +136,19 @@ impl QueueWorker {
             settle_tx.clone(),
             jobs_tx,
         ));
-        self.read_loop(&leases, &leased_tx, &mut stop).await;
+        // No stage ends on its own while the reader runs: one that does died.
+        let died = tokio::select! {
+            () = self.read_loop(&leases, &leased_tx, &mut stop) => None,
+            Some(ended) = stages.join_next() => Some(ended),
+        };
+        if let Some(ended) = died {
+            stages.abort_all();
+            match ended {
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => panic!("a stage of the worker ended: {e}"),
+                Ok(()) => panic!("a stage of the worker ended while it served"),
+            }
+        }
         drop(leased_tx);
         // Stopping: wait for calls in flight, then for their settlements.
         let all = spec.prefetch as u32;
@@ -142,12 +164,8 @@ impl QueueWorker {
         }
         // Calls still running after the grace period are abandoned; their
         // messages come back when the lease runs out.
-        admitter.abort();
-        for caller in callers {
-            caller.abort();
-        }
         drop(settle_tx);
-        settler.abort();
+        stages.abort_all();
     }
 
     /// Lease batches for as long as the prefetch allows, until `stop`.

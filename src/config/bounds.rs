@@ -1,0 +1,232 @@
+//! The range of every number a sidecar or `sluice.toml` may set: what the
+//! brokers and the runtime can honour. A value outside its range is refused
+//! when the file is read, with the field named, rather than wedging a queue
+//! or panicking a worker later. The README's "Handler configuration" lists
+//! the same bounds.
+
+use std::fmt::Display;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+
+const MS: Duration = Duration::from_millis(1);
+const SECOND: Duration = Duration::from_secs(1);
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(24 * 3600);
+/// A year as durations are written (`1year`: 365.25 days).
+const YEAR: Duration = Duration::from_secs(31_557_600);
+
+/// Handler calls at once: the runtime's instance pool holds 1000.
+pub const CONCURRENCY: (usize, usize) = (1, 1000);
+/// Messages leased ahead of the calls.
+pub const PREFETCH: (usize, usize) = (1, 100_000);
+/// How long a delivery is leased: at least [`LEASE_MARGIN`] beyond the
+/// timeout, at most a week.
+pub const LEASE: (Duration, Duration) = (SECOND, Duration::from_secs(7 * 24 * 3600));
+/// How much longer than `limits.timeout` the lease must be: the margin for
+/// settling the call, the timer's granularity and clocks that disagree.
+pub const LEASE_MARGIN: Duration = SECOND;
+/// One instance's memory, all of its memories together (`limits.memory`).
+pub const MEMORY: (u64, u64) = (64 << 10, 4 << 30);
+/// One call's wall-clock limit.
+pub const TIMEOUT: (Duration, Duration) = (MS, HOUR);
+/// Messages one warm instance handles before it is replaced.
+pub const MAX_MESSAGES_PER_INSTANCE: (u32, u32) = (1, 1_000_000);
+/// Attempts in all.
+pub const MAX_ATTEMPTS: (u32, u32) = (1, 1000);
+/// Any one retry delay, backoff bound or guest delay cap.
+pub const DELAY: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(30 * 24 * 3600));
+/// Delay levels in `retry.delays`.
+pub const DELAY_LEVELS: (usize, usize) = (1, 100);
+/// How long a completed idempotency key is remembered.
+pub const RETENTION: (Duration, Duration) = (SECOND, YEAR);
+/// Scheduled redrives of a dead letter.
+pub const MAX_REDRIVES: (u32, u32) = (1, 1000);
+/// How long a message stays dead before a scheduled redrive.
+pub const REDRIVE_EVERY: (Duration, Duration) = (SECOND, YEAR);
+/// How long calls in flight may finish after a stop (`shutdown_grace`).
+pub const SHUTDOWN_GRACE: (Duration, Duration) = (Duration::ZERO, DAY);
+/// One message's payload, headers and key (`max_message_size`).
+pub const MESSAGE_SIZE: (u64, u64) = (1, 64 << 20);
+/// One component file (`max_component_size`).
+pub const COMPONENT_SIZE: (u64, u64) = (1 << 10, 4 << 30);
+
+/// `value` of `field` if it is within `(min, max)`, both included.
+pub fn check<T: PartialOrd + Display + Copy>(field: &str, value: T, range: (T, T)) -> Result<T> {
+    let (min, max) = range;
+    if value < min || value > max {
+        bail!("field `{field}` must be from {min} to {max}, not {value}");
+    }
+    Ok(value)
+}
+
+/// [`check`] for a duration, written the way the file writes durations.
+pub fn check_duration(
+    field: &str,
+    value: Duration,
+    range: (Duration, Duration),
+) -> Result<Duration> {
+    let (min, max) = range;
+    if value < min || value > max {
+        let f = humantime::format_duration;
+        bail!(
+            "field `{field}` must be from {} to {}, not {}",
+            f(min),
+            f(max),
+            f(value)
+        );
+    }
+    Ok(value)
+}
+
+/// [`check`] for a size, written the way the file writes sizes.
+pub fn check_size(field: &str, value: u64, range: (u64, u64)) -> Result<u64> {
+    let (min, max) = range;
+    if value < min || value > max {
+        let f = crate::units::format_size;
+        bail!(
+            "field `{field}` must be from {} to {}, not {}",
+            f(min),
+            f(max),
+            f(value)
+        );
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::config::{HandlerSpec, HostConfig};
+
+    fn sidecar(text: &str) -> Result<HandlerSpec, String> {
+        HandlerSpec::parse("h", Path::new("h.toml"), text).map_err(|e| format!("{e:#}"))
+    }
+
+    /// Every numeric sidecar field, at its bounds (accepted) and just past
+    /// them (refused, naming the field). Each line: the TOML, and the field
+    /// the error names, or "" when it is accepted.
+    const SIDECARS: &[(&str, &str)] = &[
+        ("concurrency = 1", ""),
+        ("concurrency = 1000", ""),
+        ("concurrency = 0", "concurrency"),
+        ("concurrency = 1001", "concurrency"),
+        ("concurrency = 2305843009213693952", "concurrency"),
+        ("prefetch = 100000", ""),
+        ("prefetch = 100001", "prefetch"),
+        ("prefetch = 2305843009213693952", "prefetch"),
+        ("lease = \"7days\"", ""),
+        ("lease = \"8days\"", "lease"),
+        ("lease = \"999us\"", "lease"),
+        ("lease = \"6s\"", ""),
+        ("lease = \"5999ms\"", "limits.timeout"),
+        ("[limits]\ntimeout = \"1ms\"", ""),
+        ("[limits]\ntimeout = \"0s\"", "limits.timeout"),
+        ("lease = \"2h\"\n[limits]\ntimeout = \"1h\"", ""),
+        (
+            "lease = \"3h\"\n[limits]\ntimeout = \"61m\"",
+            "limits.timeout",
+        ),
+        ("[limits]\nmemory = \"64KiB\"", ""),
+        ("[limits]\nmemory = \"63KiB\"", "limits.memory"),
+        ("[limits]\nmemory = \"4GiB\"", ""),
+        ("[limits]\nmemory = \"5GiB\"", "limits.memory"),
+        ("max_messages_per_instance = 1", ""),
+        ("max_messages_per_instance = 0", "max_messages_per_instance"),
+        (
+            "max_messages_per_instance = 1000001",
+            "max_messages_per_instance",
+        ),
+        ("[retry]\nmax_attempts = 1000", ""),
+        ("[retry]\nmax_attempts = 0", "retry.max_attempts"),
+        ("[retry]\nmax_attempts = 1001", "retry.max_attempts"),
+        ("[retry]\ninitial = \"0s\"", ""),
+        ("[retry]\nmax = \"30days\"", ""),
+        ("[retry]\nmax = \"31days\"", "retry.max"),
+        (
+            "[retry]\ninitial = \"31days\"\nmax = \"32days\"",
+            "retry.initial",
+        ),
+        ("[retry]\nfactor = 100.0", ""),
+        ("[retry]\nfactor = 100.5", "retry.factor"),
+        ("[retry]\nfactor = 0.5", "retry.factor"),
+        ("[retry]\ndelays = [\"30days\"]", ""),
+        ("[retry]\ndelays = [\"1s\", \"31days\"]", "retry.delays"),
+        ("[retry]\ndelays = []", "retry.delays"),
+        (
+            "[retry]\nmax_guest_delay = \"31days\"",
+            "retry.max_guest_delay",
+        ),
+        ("[retry]\nredrive_every = \"1s\"\nmax_redrives = 1000", ""),
+        (
+            "[retry]\nredrive_every = \"999ms\"\nmax_redrives = 1",
+            "retry.redrive_every",
+        ),
+        (
+            "[retry]\nredrive_every = \"366days\"\nmax_redrives = 1",
+            "retry.redrive_every",
+        ),
+        (
+            "[retry]\nredrive_every = \"1m\"\nmax_redrives = 0",
+            "retry.max_redrives",
+        ),
+        (
+            "[retry]\nredrive_every = \"1m\"\nmax_redrives = 1001",
+            "retry.max_redrives",
+        ),
+        ("[idempotency]\nretention = \"1s\"", ""),
+        ("[idempotency]\nretention = \"0s\"", "idempotency.retention"),
+        (
+            "[idempotency]\nretention = \"999ms\"",
+            "idempotency.retention",
+        ),
+        (
+            "[idempotency]\nretention = \"366days\"",
+            "idempotency.retention",
+        ),
+    ];
+
+    #[test]
+    fn every_numeric_sidecar_field_is_checked_at_and_past_its_bounds() {
+        for (text, field) in SIDECARS {
+            let got = sidecar(text);
+            if field.is_empty() {
+                assert!(got.is_ok(), "{text:?} was refused: {}", got.unwrap_err());
+            } else {
+                let err = got.err().unwrap_or_else(|| panic!("{text:?} was accepted"));
+                assert!(
+                    err.contains(&format!("field `{field}`")) && err.starts_with("h.toml"),
+                    "{text:?}: {err}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_host_config_numbers_are_checked_too() {
+        let parse = |text: &str| {
+            crate::config::parse_toml::<HostConfig>(Path::new("sluice.toml"), text)
+                .and_then(|c| c.validate().map(|()| c))
+                .map_err(|e| format!("{e:#}"))
+        };
+        for (text, field) in [
+            ("shutdown_grace = \"1day\"", ""),
+            ("shutdown_grace = \"2days\"", "shutdown_grace"),
+            ("max_message_size = \"64MiB\"", ""),
+            ("max_message_size = \"65MiB\"", "max_message_size"),
+            ("max_message_size = \"0B\"", "max_message_size"),
+            ("max_component_size = \"1KiB\"", ""),
+            ("max_component_size = \"1023B\"", "max_component_size"),
+            ("max_component_size = \"5GiB\"", "max_component_size"),
+        ] {
+            let got = parse(text);
+            if field.is_empty() {
+                assert!(got.is_ok(), "{text:?}: {}", got.unwrap_err());
+            } else {
+                let err = got.err().unwrap_or_else(|| panic!("{text:?} was accepted"));
+                assert!(err.contains(&format!("field `{field}`")), "{text:?}: {err}");
+            }
+        }
+    }
+}
