@@ -24,7 +24,7 @@ use crate::config::HandlerSpec;
 use crate::error::chain;
 use crate::loader::Loader;
 use crate::policy::RedrivePolicy;
-use crate::runtime::Handler;
+use crate::runtime::{Handler, POOL_INSTANCES};
 use crate::worker::{WorkerStats, supervise};
 
 /// A handler version serving its queue: its worker task and how to stop it.
@@ -92,7 +92,7 @@ impl Registry {
             Err(reason) => return self.refuse(name, &wasm, reason).await,
         };
         // A handler refused for its queue must not bind topics to it.
-        let taken = queue_taken(&*self.state.lock().await, name, &handler.spec.queue);
+        let taken = cannot_serve(&*self.state.lock().await, name, &handler.spec);
         if let Some(reason) = taken {
             return self.refuse(name, &wasm, reason).await;
         }
@@ -125,7 +125,7 @@ impl Registry {
     /// its queue meanwhile or the same version and spec serve already.
     async fn swap(&self, name: &str, wasm: &Path, handler: Handler) {
         let mut state = self.state.lock().await;
-        if let Some(reason) = queue_taken(&state, name, &handler.spec.queue) {
+        if let Some(reason) = cannot_serve(&state, name, &handler.spec) {
             drop(state);
             return self.refuse(name, wasm, reason).await;
         }
@@ -309,6 +309,39 @@ fn retire(state: &mut State, old: Running) {
     let _ = old.stop.send(true);
     state.retired.retain(|r| !r.task.is_finished());
     state.retired.push(old);
+}
+
+/// Why handler `name` cannot serve with `spec` beside the others: another
+/// handler serves its queue, or the engine's pool has no room for its
+/// `concurrency`.
+fn cannot_serve(state: &State, name: &str, spec: &HandlerSpec) -> Option<String> {
+    queue_taken(state, name, &spec.queue).or_else(|| pool_short(state, name, spec.concurrency))
+}
+
+/// Why the pool cannot hold `concurrency` more instances for handler `name`
+/// (which gives back what its running version holds).
+fn pool_short(state: &State, name: &str, concurrency: usize) -> Option<String> {
+    let others: Vec<(&String, usize)> = state
+        .running
+        .iter()
+        .filter(|(n, _)| n.as_str() != name)
+        .map(|(n, r)| (n, r.handler.spec.concurrency))
+        .collect();
+    let taken: usize = others.iter().map(|(_, c)| c).sum();
+    if taken + concurrency <= POOL_INSTANCES {
+        return None;
+    }
+    let mut biggest = others;
+    biggest.sort_by_key(|(_, c)| std::cmp::Reverse(*c));
+    let list: Vec<String> = biggest
+        .iter()
+        .take(3)
+        .map(|(n, c)| format!("{n} {c}"))
+        .collect();
+    Some(format!(
+        "its `concurrency` of {concurrency} does not fit: the host runs at most {POOL_INSTANCES} handler instances at once, and the other handlers take {taken} ({}); lower `concurrency` in {name}.toml or in theirs",
+        list.join(", ")
+    ))
 }
 
 /// Why handler `name` cannot serve `queue`: another handler serves it.

@@ -31,6 +31,11 @@ pub enum Failure {
     MemoryLimit(String),
     #[error("instantiation failed: {0}")]
     Instantiate(String),
+    /// The engine's pool had no room for another instance right now (only
+    /// while an old version's calls finish beside the new one's). Not the
+    /// message's fault: it goes back without spending an attempt.
+    #[error("no instance free: {0}")]
+    PoolFull(String),
 }
 
 /// How one call of `handle` ended, with the publishes it asked for.
@@ -111,37 +116,28 @@ impl Handler {
         self
     }
 
-    /// Run `handle` for one delivery.
+    /// Run `handle` for one delivery. The timeout counts from here: making
+    /// a fresh instance (which may run the guest's start code) is part of
+    /// the call.
     pub async fn invoke(&self, delivery: &Delivery) -> Invocation {
-        let failed = |f| Invocation {
-            result: Err(f),
-            publishes: Vec::new(),
-        };
+        let deadline = Instant::now() + self.spec.timeout;
         let warm = match self.spec.instance_mode {
             InstanceMode::Reuse => self.warm.lock().expect("warm pool lock").pop(),
             InstanceMode::Fresh => None,
+        };
+        let warm = match warm {
+            Some(w) => w,
+            None => match self.instantiate(deadline).await {
+                Ok(w) => w,
+                Err(f) => return failed(f),
+            },
         };
         let Warm {
             mut store,
             instance,
             uses,
-        } = match warm {
-            Some(w) => w,
-            None => {
-                let mut store = self.new_store();
-                match self.pre.instantiate_async(&mut store).await {
-                    Ok(instance) => Warm {
-                        store,
-                        instance,
-                        uses: 0,
-                    },
-                    Err(e) => return failed(classify(e, &store, true)),
-                }
-            }
-        };
-        store
-            .data_mut()
-            .begin_call(&delivery.id, Instant::now() + self.spec.timeout);
+        } = warm;
+        store.data_mut().begin_call(&delivery.id, deadline);
         store.set_epoch_deadline(1);
         let message = to_wit(delivery);
         match self.call(&mut store, &instance, &message).await {
@@ -164,6 +160,28 @@ impl Handler {
             }
             // The store, and with it a possibly broken instance, is dropped here.
             Err(f) => failed(f),
+        }
+    }
+
+    /// A new instance, made by `deadline`.
+    async fn instantiate(&self, deadline: Instant) -> Result<Warm, Failure> {
+        let mut store = self.new_store(deadline);
+        let made = tokio::time::timeout_at(
+            tokio::time::Instant::from_std(deadline),
+            self.pre.instantiate_async(&mut store),
+        )
+        .await;
+        match made {
+            Ok(Ok(instance)) => Ok(Warm {
+                store,
+                instance,
+                uses: 0,
+            }),
+            Ok(Err(e)) => Err(classify(e, &store, true)),
+            Err(_elapsed) => Err(Failure::Timeout(format!(
+                "{} (making the instance)",
+                TimedOut(self.spec.timeout)
+            ))),
         }
     }
 
@@ -206,7 +224,7 @@ impl Handler {
         self.warm.lock().expect("warm pool lock").len()
     }
 
-    fn new_store(&self) -> Store<HostState> {
+    fn new_store(&self, deadline: Instant) -> Store<HostState> {
         let mut store = Store::new(
             self.runtime.engine(),
             HostState::new(self.context.clone(), self.spec.memory),
@@ -221,7 +239,7 @@ impl Handler {
                 Ok(UpdateDeadline::Yield(1))
             }
         });
-        store.data_mut().set_deadline(Instant::now() + timeout);
+        store.data_mut().set_deadline(deadline);
         store.set_epoch_deadline(1);
         store
     }
@@ -247,7 +265,17 @@ fn from_wit(outcome: wit::Outcome) -> Outcome {
     }
 }
 
+fn failed(f: Failure) -> Invocation {
+    Invocation {
+        result: Err(f),
+        publishes: Vec::new(),
+    }
+}
+
 fn classify(err: wasmtime::Error, store: &Store<HostState>, instantiating: bool) -> Failure {
+    if let Some(full) = err.downcast_ref::<wasmtime::PoolConcurrencyLimitError>() {
+        return Failure::PoolFull(full.to_string());
+    }
     if let Some(hit) = store.data().memory_limit_hit() {
         return Failure::MemoryLimit(hit.to_string());
     }

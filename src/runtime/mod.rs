@@ -20,6 +20,11 @@ pub use handler::{Failure, Handler, Invocation};
 /// The largest memory cap a handler may ask for.
 pub const MAX_HANDLER_MEMORY: u64 = crate::config::bounds::MEMORY.1;
 
+/// Component instances (and fiber stacks) in the engine's pool: the sum of
+/// the `concurrency` of every handler a host serves must fit, and the
+/// registry refuses a handler that would not.
+pub const POOL_INSTANCES: usize = crate::config::bounds::CONCURRENCY.1;
+
 /// Engine, linker and epoch ticker, shared by every handler.
 #[derive(Clone)]
 pub struct Runtime {
@@ -37,11 +42,11 @@ impl Runtime {
     /// serves, and the linker with everything a handler may import.
     pub fn new() -> Result<Self> {
         let mut pool = PoolingAllocationConfig::new();
-        pool.total_component_instances(1000)
+        pool.total_component_instances(POOL_INSTANCES as u32)
             .total_core_instances(10_000)
             .total_memories(2000)
             .total_tables(10_000)
-            .total_stacks(1000)
+            .total_stacks(POOL_INSTANCES as u32)
             .max_core_instances_per_component(64)
             .max_memories_per_component(8)
             .max_tables_per_component(64)

@@ -11,7 +11,11 @@ use crate::broker::Settlement;
 use crate::config::{HandlerSpec, KeySource, bounds};
 use crate::message::{Delivery, NewMessage, now_ms};
 use crate::policy::{self, Decision, Outcome};
-use crate::runtime::Invocation;
+use crate::runtime::{Failure, Invocation};
+
+/// How long a message that found no free instance waits before it is
+/// delivered again.
+const POOL_FULL_DELAY: Duration = Duration::from_millis(100);
 
 /// One of the worker's callers: takes admitted deliveries in turn, handles
 /// each and passes its settlement on, until the job queue closes.
@@ -82,6 +86,13 @@ pub fn settlement_for(
 ) -> Settlement {
     let (outcome, error) = match invocation.result {
         Ok(outcome) => (outcome, None),
+        Err(Failure::PoolFull(why)) => {
+            tracing::warn!(handler = %spec.name, version, id = %delivery.id, "{why}; the message goes back without spending an attempt");
+            return Settlement::Defer {
+                delivery,
+                delay: POOL_FULL_DELAY,
+            };
+        }
         Err(failure) => (Outcome::Failed, Some(failure.to_string())),
     };
     let decision = policy::decide(&outcome, delivery.attempt, &spec.retry, jitter);
@@ -176,7 +187,6 @@ pub fn idempotency_key(delivery: &Delivery, spec: &HandlerSpec) -> Option<String
 mod tests {
     use super::*;
     use crate::policy::Backoff;
-    use crate::runtime::Failure;
 
     fn spec() -> HandlerSpec {
         let mut spec = HandlerSpec::defaults("orders").unwrap();
@@ -249,6 +259,15 @@ mod tests {
             panic!("not a retry");
         };
         assert_eq!(error, "trap: unreachable");
+    }
+
+    #[test]
+    fn a_full_pool_sends_the_message_back_without_spending_an_attempt() {
+        let full = Err(Failure::PoolFull("maximum concurrent limit".into()));
+        let Settlement::Defer { delivery, delay } = settle(3, full) else {
+            panic!("not deferred");
+        };
+        assert_eq!((delivery.attempt, delay), (3, POOL_FULL_DELAY));
     }
 
     #[test]

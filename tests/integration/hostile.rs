@@ -115,3 +115,81 @@ fn a_guest_waiting_in_the_host_is_timed_out_too() {
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0]["last_error"], "timeout: timed out after 300ms");
 }
+
+/// A handler's `concurrency` is reserved in the engine's pool: one that
+/// does not fit beside the others is refused with why, and a busy handler
+/// never takes the instances another needs. While a swapped-out version
+/// still holds its instances, a message that finds none free goes back
+/// without spending an attempt: `hello`, with one attempt, never dies.
+#[test]
+fn a_busy_handler_cannot_take_another_handlers_instances() {
+    use std::time::Duration;
+
+    use sluice::message::NewMessage;
+
+    let env = Env::new();
+    env.deploy("hello", "hello", Some("[retry]\nmax_attempts = 1\n"));
+    let sleepy = |concurrency: usize, sleep_ms: u64| {
+        format!(
+            "concurrency = {concurrency}\nprefetch = {concurrency}\n[limits]\ntimeout = \"30s\"\n[config]\nsleep_ms = {sleep_ms}\n"
+        )
+    };
+    // 16 for hello and 1000 for sleepy do not fit in 1000.
+    env.deploy("sleepy", "sleepy", Some(&sleepy(1000, 10)));
+    env.send("hello", "before", &[]);
+    let log = env.run_until_idle();
+    assert!(
+        lines_with(&log, "sleepy.wasm")
+            .iter()
+            .any(|l| l.contains("handler refused")
+                && l.contains("`concurrency` of 1000 does not fit")),
+        "{log}"
+    );
+    assert_eq!(env.count("hello", "done"), 1, "{log}");
+
+    // 16 and 984 fit. Swap sleepy while its 984 instances sleep: the new
+    // version and hello find the pool full until the old calls end.
+    std::fs::write(env.handlers.join("sleepy.toml"), sleepy(984, 1500)).unwrap();
+    let log_path = env.dir.path().join("run.log");
+    let mut host = env.spawn_run(&log_path);
+    let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    crate::support::wait_until(Duration::from_secs(30), "both serving", || {
+        lines_with(&read_log(), "handler serving").len() == 2
+    });
+    env.publish(
+        (0..1500)
+            .map(|i| NewMessage::new("sleepy", i.to_string()))
+            .collect(),
+    );
+    crate::support::wait_until(Duration::from_secs(30), "sleepy busy", || {
+        env.count("sleepy", "in_flight") >= 984
+    });
+    std::fs::write(env.handlers.join("sleepy.toml"), sleepy(984, 1000)).unwrap();
+    env.publish(
+        (0..20)
+            .map(|i| NewMessage::new("hello", i.to_string()))
+            .collect(),
+    );
+    crate::support::wait_until(Duration::from_secs(90), "everything done", || {
+        env.count("hello", "done") == 21 && env.count("sleepy", "done") == 1500
+    });
+    host.kill().unwrap();
+    host.wait().unwrap();
+    let log = read_log();
+    assert_eq!(env.count("hello", "dead"), 0, "{log}");
+    assert_eq!(env.count("sleepy", "dead"), 0, "{log}");
+    let full = lines_with(&log, "maximum concurrent limit");
+    assert!(
+        full.iter()
+            .any(|l| l.contains("goes back without spending an attempt")),
+        "the swap never found the pool full: the test proved nothing"
+    );
+    let failed: Vec<&&str> = full
+        .iter()
+        .filter(|l| l.contains("attempt failed"))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "attempts failed for want of an instance: {failed:#?}"
+    );
+}
