@@ -152,6 +152,8 @@ struct RawHandler {
 struct RawLimits {
     timeout: Option<Dur>,
     memory: Option<Size>,
+    call_budget: Option<Size>,
+    log_rate: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -214,7 +216,12 @@ pub struct HandlerSpec {
     /// How long a delivery stays invisible to other consumers.
     pub lease: Duration,
     pub timeout: Duration,
+    /// All of one instance's memories together.
     pub memory: u64,
+    /// Bytes one call may hand the host: held publishes and log lines.
+    pub call_budget: u64,
+    /// Log lines a second, for each version of the handler.
+    pub log_rate: u32,
     pub retry: RetryPolicy,
     /// Where a notice goes when a message dies (`[retry] on_dead`).
     pub on_dead: Option<String>,
@@ -233,6 +240,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_MEMORY: u64 = 64 << 20;
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+pub const DEFAULT_CALL_BUDGET: u64 = 8 << 20;
+pub const DEFAULT_LOG_RATE: u32 = 10_000;
 
 impl HandlerSpec {
     /// The spec for handler `name` with no sidecar.
@@ -288,6 +297,16 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         raw.limits.memory.map_or(DEFAULT_MEMORY, |s| s.0),
         bounds::MEMORY,
     )?;
+    let call_budget = bounds::check_size(
+        "limits.call_budget",
+        raw.limits.call_budget.map_or(DEFAULT_CALL_BUDGET, |s| s.0),
+        bounds::CALL_BUDGET,
+    )?;
+    let log_rate = bounds::check(
+        "limits.log_rate",
+        raw.limits.log_rate.unwrap_or(DEFAULT_LOG_RATE),
+        bounds::LOG_RATE,
+    )?;
     let max_messages_per_instance = bounds::check(
         "max_messages_per_instance",
         raw.max_messages_per_instance.unwrap_or(1000),
@@ -315,6 +334,8 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         lease,
         timeout,
         memory,
+        call_budget,
+        log_rate,
         retry: resolve_retry(raw.retry)?,
         idempotency: resolve_idempotency(raw.idempotency)?,
         config: resolve_values(raw.config)?,

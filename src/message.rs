@@ -8,6 +8,30 @@ use crate::units::format_size;
 /// The default cap on one message's payload plus headers.
 pub const DEFAULT_MAX_MESSAGE_SIZE: u64 = 1 << 20;
 
+/// Most headers one message may carry.
+pub const MAX_HEADERS: usize = 64;
+
+/// What each header costs in a message's size beyond its name and value,
+/// so that empty headers are not free.
+pub const HEADER_OVERHEAD: u64 = 32;
+
+/// The longest reason or last error kept with a message or dead letter, in
+/// bytes; longer ones are cut with a marker.
+pub const MAX_REASON: usize = 4 << 10;
+
+/// `text` cut to at most `max` bytes (at a character boundary), with a
+/// marker saying how much was cut.
+pub fn truncate(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [cut: {} more bytes]", &text[..end], text.len() - end).into()
+}
+
 /// A message on its way into a queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewMessage {
@@ -31,15 +55,27 @@ impl NewMessage {
         }
     }
 
-    /// Bytes this message occupies: payload, headers and key.
+    /// Bytes this message occupies: payload, headers (each with
+    /// [`HEADER_OVERHEAD`]) and key.
     pub fn size(&self) -> u64 {
-        let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
-        (self.payload.len() + headers + self.key.as_ref().map_or(0, String::len)) as u64
+        let headers: u64 = self
+            .headers
+            .iter()
+            .map(|(k, v)| (k.len() + v.len()) as u64 + HEADER_OVERHEAD)
+            .sum();
+        self.payload.len() as u64 + headers + self.key.as_ref().map_or(0, String::len) as u64
     }
 
     /// Check the queue name and the size limit; the error names what is wrong.
     pub fn validate(&self, max_size: u64) -> Result<(), String> {
         validate_queue_name(&self.queue)?;
+        if self.headers.len() > MAX_HEADERS {
+            return Err(format!(
+                "message for queue {:?} has {} headers; at most {MAX_HEADERS} are allowed",
+                self.queue,
+                self.headers.len()
+            ));
+        }
         let size = self.size();
         if size > max_size {
             return Err(format!(
@@ -131,6 +167,23 @@ pub fn new_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_text_is_cut_at_a_character_boundary_with_a_marker() {
+        assert_eq!(truncate("short", 10), "short");
+        assert_eq!(truncate("ééééé", 3), "é… [cut: 8 more bytes]");
+    }
+
+    #[test]
+    fn headers_are_counted_and_not_free() {
+        let mut m = NewMessage::new("q", "x");
+        m.headers = vec![(String::new(), String::new()); MAX_HEADERS];
+        assert_eq!(m.size(), 1 + MAX_HEADERS as u64 * HEADER_OVERHEAD);
+        assert!(m.validate(DEFAULT_MAX_MESSAGE_SIZE).is_ok());
+        m.headers.push(("a".into(), "b".into()));
+        let err = m.validate(DEFAULT_MAX_MESSAGE_SIZE).unwrap_err();
+        assert!(err.contains("65 headers; at most 64"), "{err}");
+    }
 
     #[test]
     fn queue_names() {

@@ -241,6 +241,7 @@ impl Registry {
             last_refusal: None,
             worker_restarts: 0,
             last_worker_failure: None,
+            dropped_log_lines: 0,
             updated_at_ms: now_ms,
         };
         for (name, r) in &state.running {
@@ -249,6 +250,7 @@ impl Registry {
             s.version = Some(r.handler.version.clone());
             s.worker_restarts = r.stats.restarts.load(Ordering::Relaxed);
             s.last_worker_failure = r.stats.last_failure.lock().expect("stats lock").clone();
+            s.dropped_log_lines = r.handler.dropped_log_lines();
         }
         for (name, refused) in &state.refused {
             let s = out.entry(name).or_insert_with(|| status(name));

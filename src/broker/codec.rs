@@ -69,6 +69,7 @@ mod tests {
             last_refusal: Some("bad".into()),
             worker_restarts: 1,
             last_worker_failure: Some("panicked: oops".into()),
+            dropped_log_lines: 3,
             updated_at_ms: 7,
         };
         assert_eq!(decode_status(encode_status(&s).as_bytes()), Some(s.clone()));

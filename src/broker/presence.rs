@@ -73,6 +73,10 @@ pub struct HandlerStatus {
     /// Why it died last.
     #[serde(default)]
     pub last_worker_failure: Option<String>,
+    /// Log lines of the serving version dropped: over its `log_rate` or a
+    /// call's budget.
+    #[serde(default)]
+    pub dropped_log_lines: u64,
     pub updated_at_ms: u64,
 }
 

@@ -28,6 +28,10 @@ pub const LEASE: (Duration, Duration) = (SECOND, Duration::from_secs(7 * 24 * 36
 pub const LEASE_MARGIN: Duration = SECOND;
 /// One instance's memory, all of its memories together (`limits.memory`).
 pub const MEMORY: (u64, u64) = (64 << 10, 4 << 30);
+/// Bytes one call may hand the host (`limits.call_budget`).
+pub const CALL_BUDGET: (u64, u64) = (64 << 10, 1 << 30);
+/// Log lines a second per handler version (`limits.log_rate`).
+pub const LOG_RATE: (u32, u32) = (1, 1_000_000);
 /// One call's wall-clock limit.
 pub const TIMEOUT: (Duration, Duration) = (MS, HOUR);
 /// Messages one warm instance handles before it is replaced.
@@ -132,6 +136,12 @@ mod tests {
         ("[limits]\nmemory = \"63KiB\"", "limits.memory"),
         ("[limits]\nmemory = \"4GiB\"", ""),
         ("[limits]\nmemory = \"5GiB\"", "limits.memory"),
+        ("[limits]\ncall_budget = \"64KiB\"", ""),
+        ("[limits]\ncall_budget = \"63KiB\"", "limits.call_budget"),
+        ("[limits]\ncall_budget = \"2GiB\"", "limits.call_budget"),
+        ("[limits]\nlog_rate = 1", ""),
+        ("[limits]\nlog_rate = 0", "limits.log_rate"),
+        ("[limits]\nlog_rate = 1000001", "limits.log_rate"),
         ("max_messages_per_instance = 1", ""),
         ("max_messages_per_instance = 0", "max_messages_per_instance"),
         (

@@ -13,6 +13,9 @@ use wasmtime_wasi_http::{
     Error, RequestOptions, WasiBody, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
 };
 
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi_http::WasiHttpCtx;
+
 use super::{HandlerContext, HostState};
 
 /// How much longer than the call a request's own timeouts may run. The
@@ -102,6 +105,33 @@ fn bounded(options: Option<RequestOptions>, deadline: Instant) -> RequestOptions
         first_byte_timeout: cap(o.first_byte_timeout),
         between_bytes_timeout: cap(o.between_bytes_timeout),
     }
+}
+
+/// Resources a store may hold at once without an HTTP grant (WASI's own
+/// streams and pollables), and with one (requests, responses, fields).
+const TABLE_ENTRIES: usize = 256;
+const TABLE_ENTRIES_WITH_HTTP: usize = 1024;
+/// The largest set of HTTP header fields one `fields` resource may hold,
+/// without an HTTP grant (nothing is ever sent) and with one.
+const FIELDS_SIZE: usize = 4 << 10;
+const FIELDS_SIZE_WITH_HTTP: usize = 64 << 10;
+
+/// The resource table and wasi:http context of a new store of `handler`,
+/// capped so that a guest cannot make the host hold more than a few MiB of
+/// resources: much less without an HTTP grant, whose requests are all
+/// refused anyway.
+pub(super) fn limited(handler: &HandlerContext) -> (ResourceTable, WasiHttpCtx) {
+    let granted = !handler.capabilities.http_allow.is_empty();
+    let (entries, fields) = if granted {
+        (TABLE_ENTRIES_WITH_HTTP, FIELDS_SIZE_WITH_HTTP)
+    } else {
+        (TABLE_ENTRIES, FIELDS_SIZE)
+    };
+    let mut table = ResourceTable::new();
+    table.set_max_capacity(entries);
+    let mut http = WasiHttpCtx::new();
+    http.set_field_size_limit(fields);
+    (table, http)
 }
 
 impl WasiHttpView for HostState {

@@ -1,27 +1,50 @@
-//! `sluice:handler/log`: guest log lines into the host's `tracing` log.
+//! `sluice:handler/log`: guest log lines into the host's `tracing` log, each
+//! cut to [`MAX_LOG_LINE`], within the handler's rate and the call's budget.
 
 use super::HostState;
+use super::budget::{MAX_LOG_LINE, truncate};
 use crate::wit::sluice::handler::log::{Host, Level};
 
 impl Host for HostState {
     fn log(&mut self, level: Level, message: String) {
-        let handler = self.handler.name.as_str();
+        let handler = self.handler.clone();
+        let name = handler.name.as_str();
+        let enabled = match level {
+            Level::Trace => tracing::enabled!(target: "sluice::guest", tracing::Level::TRACE),
+            Level::Debug => tracing::enabled!(target: "sluice::guest", tracing::Level::DEBUG),
+            Level::Info => tracing::enabled!(target: "sluice::guest", tracing::Level::INFO),
+            Level::Warn => tracing::enabled!(target: "sluice::guest", tracing::Level::WARN),
+            Level::Error => tracing::enabled!(target: "sluice::guest", tracing::Level::ERROR),
+        };
+        // A line no one would see costs nothing and counts against nothing.
+        if !enabled {
+            return;
+        }
+        let message = truncate(&message, MAX_LOG_LINE);
+        if self.charge(message.len() as u64, "log").is_err() {
+            handler.log.drop_one(name);
+            return;
+        }
+        // Over the rate, `admit` counts it.
+        if !handler.log.admit(name) {
+            return;
+        }
         let id = self.message_id.as_str();
         match level {
             Level::Trace => {
-                tracing::trace!(target: "sluice::guest", handler, message_id = id, "{message}")
+                tracing::trace!(target: "sluice::guest", handler = name, message_id = id, "{message}")
             }
             Level::Debug => {
-                tracing::debug!(target: "sluice::guest", handler, message_id = id, "{message}")
+                tracing::debug!(target: "sluice::guest", handler = name, message_id = id, "{message}")
             }
             Level::Info => {
-                tracing::info!(target: "sluice::guest", handler, message_id = id, "{message}")
+                tracing::info!(target: "sluice::guest", handler = name, message_id = id, "{message}")
             }
             Level::Warn => {
-                tracing::warn!(target: "sluice::guest", handler, message_id = id, "{message}")
+                tracing::warn!(target: "sluice::guest", handler = name, message_id = id, "{message}")
             }
             Level::Error => {
-                tracing::error!(target: "sluice::guest", handler, message_id = id, "{message}")
+                tracing::error!(target: "sluice::guest", handler = name, message_id = id, "{message}")
             }
         }
     }

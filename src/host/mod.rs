@@ -19,6 +19,7 @@ use crate::broker::{KvStore, TopicStore};
 use crate::config::Capabilities;
 use crate::message::NewMessage;
 
+pub mod budget;
 mod config;
 mod http;
 mod kv;
@@ -47,6 +48,10 @@ pub struct HandlerContext {
     pub kv: Option<Arc<dyn KvStore>>,
     /// Where topic bindings are looked up for `publish-to-topic`.
     pub topics: Option<Arc<dyn TopicStore>>,
+    /// Bytes one call may hand the host (see [`budget`]).
+    pub call_budget: u64,
+    /// The rate of its log lines, and the count of those dropped.
+    pub log: budget::LogLimiter,
 }
 
 /// The data of one store: one instance of one handler.
@@ -59,6 +64,8 @@ pub struct HostState {
     message_id: String,
     /// Publishes held until the outcome.
     held: Vec<NewMessage>,
+    /// What is left of the current call's byte budget.
+    budget_left: u64,
     /// When the current call must have finished.
     deadline: Instant,
     http: wasmtime_wasi_http::WasiHttpCtx,
@@ -71,22 +78,31 @@ impl HostState {
         // Nothing is granted: no preopened directories, no environment, no
         // arguments, no sockets. Clocks and randomness are allowed.
         let wasi = WasiCtx::builder()
-            .stdout(stdio::LogStream::new(&handler.name, stdio::Stream::Stdout))
-            .stderr(stdio::LogStream::new(&handler.name, stdio::Stream::Stderr))
+            .stdout(stdio::LogStream::new(
+                handler.clone(),
+                stdio::Stream::Stdout,
+            ))
+            .stderr(stdio::LogStream::new(
+                handler.clone(),
+                stdio::Stream::Stderr,
+            ))
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
         let http_hooks = http::Hooks::new(handler.clone());
+        let (table, http) = http::limited(&handler);
+        let budget_left = handler.call_budget;
         HostState {
             wasi,
-            table: ResourceTable::new(),
+            table,
             limiter: MemoryLimiter::new(memory_cap),
             handler,
             message_id: String::new(),
             held: Vec::new(),
+            budget_left,
             deadline: Instant::now(),
-            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            http,
             http_hooks,
         }
     }
@@ -97,7 +113,25 @@ impl HostState {
         self.message_id.clear();
         self.message_id.push_str(message_id);
         self.held.clear();
+        self.budget_left = self.handler.call_budget;
         self.deadline = deadline;
+    }
+
+    /// Take `bytes` from the call's budget for `what`; the error, when it
+    /// is spent, is the guest's.
+    fn charge(&mut self, bytes: u64, what: &str) -> Result<(), String> {
+        match self.budget_left.checked_sub(bytes) {
+            Some(left) => {
+                self.budget_left = left;
+                Ok(())
+            }
+            None => Err(format!(
+                "handler {} cannot {what}: one call may hand the host at most {} (held publishes and log lines); raise `call_budget` under [limits] in {}.toml",
+                self.handler.name,
+                crate::units::format_size(self.handler.call_budget),
+                self.handler.name
+            )),
+        }
     }
 
     /// When the current call must have finished.

@@ -22,6 +22,11 @@ impl HostState {
         for m in &messages {
             m.validate(self.handler.max_message_size)?;
         }
+        let bytes: u64 = messages
+            .iter()
+            .map(|m| m.size() + m.queue.len() as u64)
+            .sum();
+        self.charge(bytes, "publish this")?;
         self.held.extend(messages);
         Ok(())
     }

@@ -1,5 +1,6 @@
 //! Guest stdout and stderr, line by line, into the host's log, tagged with
-//! the handler's name.
+//! the handler's name: each line cut to [`MAX_LOG_LINE`] (the rest of it is
+//! skipped up to its newline), within the handler's log rate.
 
 use std::io;
 use std::pin::Pin;
@@ -8,8 +9,8 @@ use std::task::{Context, Poll};
 use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 
-/// Longest line kept before it is logged in pieces.
-const MAX_LINE: usize = 16 * 1024;
+use super::HandlerContext;
+use super::budget::MAX_LOG_LINE;
 
 /// Which of a guest's output streams a [`LogStream`] carries.
 #[derive(Clone, Copy, Debug)]
@@ -21,16 +22,14 @@ pub enum Stream {
 /// A guest's stdout or stderr, written to the host's log line by line.
 #[derive(Clone)]
 pub struct LogStream {
-    handler: std::sync::Arc<str>,
+    handler: std::sync::Arc<HandlerContext>,
     stream: Stream,
 }
 
 impl LogStream {
-    pub fn new(handler: &str, stream: Stream) -> Self {
-        LogStream {
-            handler: handler.into(),
-            stream,
-        }
+    /// `handler`'s stream `stream`.
+    pub fn new(handler: std::sync::Arc<HandlerContext>, stream: Stream) -> Self {
+        LogStream { handler, stream }
     }
 }
 
@@ -45,6 +44,7 @@ impl StdoutStream for LogStream {
         Box::new(LineWriter {
             sink: self.clone(),
             line: Vec::new(),
+            cut: 0,
         })
     }
 }
@@ -52,13 +52,23 @@ impl StdoutStream for LogStream {
 struct LineWriter {
     sink: LogStream,
     line: Vec<u8>,
+    /// Bytes of the current line skipped past [`MAX_LOG_LINE`].
+    cut: usize,
 }
 
 impl LineWriter {
     fn emit(&mut self) {
         let text = String::from_utf8_lossy(&self.line);
-        let text = text.trim_end_matches(['\r', '\n']);
-        let handler = &*self.sink.handler;
+        let mut text = text.trim_end_matches(['\r', '\n']).to_string();
+        if self.cut > 0 {
+            text.push_str(&format!("… [cut: {} more bytes]", self.cut));
+        }
+        self.line.clear();
+        self.cut = 0;
+        let handler = self.sink.handler.name.as_str();
+        if !self.sink.handler.log.admit(handler) {
+            return;
+        }
         match self.sink.stream {
             Stream::Stdout => {
                 tracing::info!(target: "sluice::guest", handler, stream = "stdout", "{text}")
@@ -67,7 +77,6 @@ impl LineWriter {
                 tracing::warn!(target: "sluice::guest", handler, stream = "stderr", "{text}")
             }
         }
-        self.line.clear();
     }
 }
 
@@ -79,9 +88,12 @@ impl AsyncWrite for LineWriter {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         for &b in buf {
-            this.line.push(b);
-            if b == b'\n' || this.line.len() >= MAX_LINE {
+            if b == b'\n' {
                 this.emit();
+            } else if this.line.len() < MAX_LOG_LINE {
+                this.line.push(b);
+            } else {
+                this.cut += 1;
             }
         }
         Poll::Ready(Ok(buf.len()))
@@ -93,7 +105,7 @@ impl AsyncWrite for LineWriter {
 
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if !this.line.is_empty() {
+        if !this.line.is_empty() || this.cut > 0 {
             this.emit();
         }
         Poll::Ready(Ok(()))
@@ -102,7 +114,7 @@ impl AsyncWrite for LineWriter {
 
 impl Drop for LineWriter {
     fn drop(&mut self) {
-        if !self.line.is_empty() {
+        if !self.line.is_empty() || self.cut > 0 {
             self.emit();
         }
     }

@@ -15,6 +15,7 @@ use super::limits::TimedOut;
 use crate::broker::{KvStore, TopicStore};
 use crate::config::{HandlerSpec, InstanceMode};
 use crate::error::one_line;
+use crate::host::budget::LogLimiter;
 use crate::host::{HandlerContext, HostState};
 use crate::message::{Delivery, NewMessage};
 use crate::policy::Outcome;
@@ -84,6 +85,8 @@ impl Handler {
             capabilities: spec.capabilities.clone(),
             kv: None,
             topics: None,
+            call_budget: spec.call_budget,
+            log: LogLimiter::new(spec.log_rate),
         });
         Handler {
             spec,
@@ -217,6 +220,12 @@ impl Handler {
             Ok(Err(e)) => Err(classify(e, store, false)),
             Err(_elapsed) => Err(Failure::Timeout(TimedOut(timeout).to_string())),
         }
+    }
+
+    /// Log lines of this version dropped so far (over its rate or a call's
+    /// budget).
+    pub fn dropped_log_lines(&self) -> u64 {
+        self.context.log.dropped()
     }
 
     /// Warm instances waiting in the pool (`reuse` mode).

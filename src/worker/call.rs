@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, watch};
 use super::{Dispatch, Jobs, Settled};
 use crate::broker::Settlement;
 use crate::config::{HandlerSpec, KeySource, bounds};
-use crate::message::{Delivery, NewMessage, now_ms};
+use crate::message::{Delivery, MAX_REASON, NewMessage, now_ms, truncate};
 use crate::policy::{self, Decision, Outcome};
 use crate::runtime::{Failure, Invocation};
 
@@ -85,6 +85,11 @@ pub fn settlement_for(
     jitter: f64,
 ) -> Settlement {
     let (outcome, error) = match invocation.result {
+        Ok(Outcome::Reject(reason)) => {
+            // The guest's words, kept with the dead letter: bounded.
+            let reason = truncate(&reason, MAX_REASON).into_owned();
+            (Outcome::Reject(reason), None)
+        }
         Ok(outcome) => (outcome, None),
         Err(Failure::PoolFull(why)) => {
             tracing::warn!(handler = %spec.name, version, id = %delivery.id, "{why}; the message goes back without spending an attempt");
@@ -93,7 +98,10 @@ pub fn settlement_for(
                 delay: POOL_FULL_DELAY,
             };
         }
-        Err(failure) => (Outcome::Failed, Some(failure.to_string())),
+        Err(failure) => (
+            Outcome::Failed,
+            Some(truncate(&failure.to_string(), MAX_REASON).into_owned()),
+        ),
     };
     let decision = policy::decide(&outcome, delivery.attempt, &spec.retry, jitter);
     tracing::debug!(

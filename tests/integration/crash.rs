@@ -17,7 +17,7 @@ fn sigkill_mid_drain_loses_nothing_and_completes_each_once() {
     env.deploy(
         "orders",
         "orders",
-        Some("lease = \"2s\"\nconcurrency = 4\nprefetch = 8\n[limits]\ntimeout = \"1s\"\n[config]\nfollowup_queue = \"shipping\"\nwork_ms = 1\n"),
+        Some("lease = \"2s\"\nconcurrency = 4\nprefetch = 8\n[limits]\ntimeout = \"1s\"\n# every line is counted: none may be dropped\nlog_rate = 1000000\n[config]\nfollowup_queue = \"shipping\"\nwork_ms = 1\n"),
     );
     let (rt, broker) = env.broker();
     rt.block_on(async {

@@ -193,3 +193,137 @@ fn a_busy_handler_cannot_take_another_handlers_instances() {
         "attempts failed for want of an instance: {failed:#?}"
     );
 }
+
+/// The host's peak resident memory while a hostile guest tries every way
+/// of making it allocate (see `guests/rust/hostile_host`) beside a handler
+/// that drains: the documented bound of the README's "Sandbox" section.
+const HOSTILE_PEAK_RSS_MIB: u64 = 400;
+
+/// A guest capped at 32 MiB tries to make the host hold far more: each try
+/// ends at a limit (an error it sees, a cut, a dropped line or a failed
+/// attempt of its own message), the host stays under its bound, and the
+/// neighbour handler finishes everything.
+#[test]
+fn a_guest_cannot_make_the_host_allocate_beyond_its_limits() {
+    use std::time::Duration;
+
+    use sluice::message::NewMessage;
+
+    let env = Env::new();
+    env.deploy(
+        "hostile_host",
+        "greedy",
+        Some("[limits]\nmemory = \"32MiB\"\ntimeout = \"20s\"\n[retry]\nmax_attempts = 1\n"),
+    );
+    env.deploy("hello", "hello", None);
+    env.publish(
+        (0..3000)
+            .map(|i| NewMessage::new("hello", i.to_string()))
+            .collect(),
+    );
+    let tries = [
+        "publish", "headers", "reject", "log", "stdout", "fields", "ok",
+    ];
+    env.publish(
+        tries
+            .iter()
+            .map(|t| NewMessage::new("greedy", *t))
+            .collect(),
+    );
+    let log_path = env.dir.path().join("run.log");
+    let mut host = env.spawn_run(&log_path);
+    let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    crate::support::wait_until(Duration::from_secs(120), "everything settled", || {
+        let greedy = env.count("greedy", "done") + env.count("greedy", "dead");
+        env.count("hello", "done") == 3000 && greedy == tries.len() as u64
+    });
+    let status = std::fs::read_to_string(format!("/proc/{}/status", host.id())).unwrap();
+    // The dropped log lines are counted where `stats --handlers` shows them.
+    crate::support::wait_until(
+        Duration::from_secs(30),
+        "the dropped lines reported",
+        || {
+            env.sluice(&["--json", "stats", "--handlers"])
+                .lines()
+                .any(|l| {
+                    let h: serde_json::Value = serde_json::from_str(l).unwrap();
+                    h["handler"] == "greedy" && h["dropped_log_lines"].as_u64().unwrap_or(0) > 0
+                })
+        },
+    );
+    host.kill().unwrap();
+    host.wait().unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    let log = read_log();
+    eprintln!("hostile guest: host peak RSS {} MiB", peak_kib >> 10);
+    assert!(
+        peak_kib >> 10 < HOSTILE_PEAK_RSS_MIB,
+        "the host grew to {} MiB",
+        peak_kib >> 10
+    );
+    let line = |needle: &str| {
+        lines_with(&log, needle)
+            .first()
+            .unwrap_or_else(|| panic!("no {needle:?} in the log"))
+            .to_string()
+    };
+    // Publishes stop at the call budget (8 MiB by default), with an error
+    // the guest sees, not at a thousand.
+    let published = line("hostile publish: held");
+    assert!(
+        published.contains("held 7, then") && published.contains("call_budget"),
+        "{published}"
+    );
+    // Empty headers are not free (32 bytes each): 1000 messages of 60 stay
+    // under 2 MiB, and the count of held publishes ends them.
+    let headers = line("hostile headers: held");
+    assert!(
+        headers.contains("held 1000, then: handler greedy may publish at most 1000"),
+        "{headers}"
+    );
+    // The 12 MiB reason is kept cut to 4 KiB.
+    let dead = env.dead("greedy");
+    let rejected = dead
+        .iter()
+        .find(|d| d["reason"].as_str().unwrap().starts_with("rejected"))
+        .unwrap();
+    let reason = rejected["reason"].as_str().unwrap();
+    assert!(
+        reason.len() < 5 << 10 && reason.contains("[cut: "),
+        "{} bytes",
+        reason.len()
+    );
+    // Log lines are cut to 8 KiB, and those over the budget or rate dropped.
+    assert!(
+        log.contains("log lines of handler greedy dropped"),
+        "no dropped lines"
+    );
+    let longest = log.lines().map(str::len).max().unwrap();
+    assert!(longest < 16 << 10, "a log line of {longest} bytes");
+    // Nothing else of greedy's failed any message but its own: every hello
+    // is done (above), and nothing of hello is dead.
+    assert_eq!(env.count("hello", "dead"), 0);
+    // wasi:http resources are capped (256 without an HTTP grant): the
+    // 100,000th is never made; the guest's own message fails.
+    let fields = dead
+        .iter()
+        .find_map(|d| d["last_error"].as_str().filter(|e| e.contains("fields")))
+        .unwrap_or_else(|| panic!("no failed fields attempt: {dead:?}"));
+    assert!(
+        fields.contains("resource table has no free keys"),
+        "{fields}"
+    );
+    // 64 MiB on stdout is one line, cut.
+    let stdout = line("stream=\"stdout\"");
+    assert!(
+        stdout.contains("[cut: 67100672 more bytes]"),
+        "{}",
+        &stdout[stdout.len() - 200..]
+    );
+    // What the guest held within its limits was committed with its `done`.
+    assert_eq!(env.count("sink", "ready"), 7 + 1000);
+}

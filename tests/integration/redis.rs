@@ -12,7 +12,7 @@ use crate::support::{Backend, Env, lines_with, wait_until};
 
 /// An `orders` handler that takes about 1 ms per message, so a drain can be
 /// interrupted, and whose follow-ups record each completion in `shipping`.
-const ORDERS: &str = "lease = \"2s\"\nconcurrency = 8\nprefetch = 16\n[limits]\ntimeout = \"1s\"\n[config]\nfollowup_queue = \"shipping\"\nwork_ms = 1\n";
+const ORDERS: &str = "lease = \"2s\"\nconcurrency = 8\nprefetch = 16\n[limits]\ntimeout = \"1s\"\n# every line is counted: none may be dropped\nlog_rate = 1000000\n[config]\nfollowup_queue = \"shipping\"\nwork_ms = 1\n";
 
 fn preload(env: &Env, n: usize) {
     let batch = (0..n)
