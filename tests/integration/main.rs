@@ -61,5 +61,6 @@ mod redrive;
 mod reload;
 mod scaffold;
 mod shutdown;
+mod sqlite;
 mod support;
 mod topics;

@@ -35,7 +35,7 @@ const COLUMNS: &str = "id, queue, key, payload, headers, attempts, enqueued_at, 
 impl DeadLetters for SqliteBroker {
     async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<DeadLetter>> {
         let queue = queue.to_string();
-        self.call(move |conn| {
+        self.read(move |conn| {
             let sql = format!("SELECT {COLUMNS} FROM dead WHERE queue = ?1 ORDER BY seq LIMIT ?2");
             let mut stmt = conn.prepare_cached(&sql).map_err(classify)?;
             let rows = stmt
@@ -48,7 +48,7 @@ impl DeadLetters for SqliteBroker {
 
     async fn dead_letter(&self, queue: &str, id: &str) -> Result<Option<DeadLetter>> {
         let (queue, id) = (queue.to_string(), id.to_string());
-        self.call(move |conn| {
+        self.read(move |conn| {
             let sql = format!("SELECT {COLUMNS} FROM dead WHERE queue = ?1 AND id = ?2");
             conn.query_row(&sql, params![queue, id], from_row)
                 .optional()

@@ -9,7 +9,7 @@ use rusqlite::Connection;
 use super::{dead, kv, presence, queue, topics};
 
 /// The schema version this build writes (`PRAGMA user_version`).
-pub(super) const VERSION: i64 = 2;
+pub(super) const VERSION: i64 = 3;
 
 /// Columns added after their table was first released: table, column,
 /// definition. The definitions must have defaults, since rows exist.
@@ -63,6 +63,12 @@ fn add_missing(conn: &Connection) -> rusqlite::Result<()> {
             ))?;
         }
     }
+    // Version 3: the table of queue names `stats` lists (made empty by the
+    // queue role's schema), filled from what the file holds.
+    conn.execute_batch(
+        "INSERT OR IGNORE INTO queues (queue)
+         SELECT queue FROM messages UNION SELECT queue FROM dead UNION SELECT queue FROM counters",
+    )?;
     conn.pragma_update(None, "user_version", VERSION)
 }
 

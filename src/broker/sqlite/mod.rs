@@ -10,6 +10,12 @@
 //! received: its due time while it waits, its lease expiry while leased. So
 //! an expired lease needs no sweeper: the row is simply due again.
 //!
+//! Reads that only look (counts, dead letters, statuses, bindings) do not
+//! go through that thread: they run in read transactions on connections of
+//! their own ([`SqliteBroker::read`]). In WAL mode a reader never blocks the
+//! writer, so `sluice stats` on a large file does not hold up a single
+//! receive or settle.
+//!
 //! The roles are one file each (`queue.rs`, `dead.rs`, `presence.rs`,
 //! `kv.rs`, `topics.rs`), each with the tables it owns; `migrate.rs`
 //! creates them and upgrades files written by earlier versions.
@@ -48,6 +54,8 @@ type Job = Box<dyn FnOnce(std::result::Result<&Connection, GroupError>) -> Reply
 pub struct SqliteBroker {
     jobs: mpsc::Sender<Job>,
     path: PathBuf,
+    /// Idle read connections, opened as they are needed.
+    readers: Arc<std::sync::Mutex<Vec<Connection>>>,
 }
 
 impl SqliteBroker {
@@ -60,7 +68,11 @@ impl SqliteBroker {
         std::thread::Builder::new()
             .name("sluice-sqlite".into())
             .spawn(move || run_jobs(conn, rx))?;
-        Ok(SqliteBroker { jobs, path })
+        Ok(SqliteBroker {
+            jobs,
+            path,
+            readers: Arc::default(),
+        })
     }
 
     /// The broker file.
@@ -75,20 +87,7 @@ impl SqliteBroker {
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R> + Send + 'static,
     {
-        let (tx, rx) = oneshot::channel::<Result<R>>();
-        let job: Job = Box::new(move |conn| {
-            let outcome = match conn {
-                Ok(conn) => in_savepoint(conn, f),
-                Err(e) => Err(classify_group("beginning a transaction", e)),
-            };
-            Box::new(move |commit| {
-                let answer = match commit {
-                    Ok(()) => outcome,
-                    Err(e) => Err(classify_group("committing", e)),
-                };
-                let _ = tx.send(answer);
-            })
-        });
+        let (job, rx) = job(f);
         let stopped = || BrokerError::Unavailable {
             context: "the SQLite broker thread has stopped".into(),
             source: None,
@@ -96,6 +95,74 @@ impl SqliteBroker {
         self.jobs.send(job).map_err(|_| stopped())?;
         rx.await.map_err(|_| stopped())?
     }
+}
+
+impl SqliteBroker {
+    /// Run `f` in a read transaction of its own, off the writer thread and
+    /// off the async threads: it sees what has committed when it starts,
+    /// and never waits for the writer nor makes it wait.
+    async fn read<R, F>(&self, f: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R> + Send + 'static,
+    {
+        let (path, readers) = (self.path.clone(), self.readers.clone());
+        tokio::task::spawn_blocking(move || {
+            let pooled = readers.lock().expect("readers lock").pop();
+            let conn = match pooled {
+                Some(conn) => conn,
+                None => open_reader(&path)?,
+            };
+            conn.execute_batch("BEGIN").map_err(classify)?;
+            let result = f(&conn);
+            let ended = conn.execute_batch("COMMIT").map_err(classify);
+            if ended.is_ok() {
+                readers.lock().expect("readers lock").push(conn);
+            }
+            let value = result?;
+            ended.map(|()| value)
+        })
+        .await
+        .map_err(|e| BrokerError::Unavailable {
+            context: format!("a SQLite read failed: {e}"),
+            source: None,
+        })?
+    }
+}
+
+/// A connection for reads only.
+fn open_reader(path: &Path) -> Result<Connection> {
+    let conn = Connection::open(path).map_err(classify)?;
+    conn.busy_timeout(Duration::from_secs(10))
+        .map_err(classify)?;
+    conn.pragma_update(None, "query_only", true)
+        .map_err(classify)?;
+    Ok(conn)
+}
+
+/// `f` as a job, and where its answer will come.
+fn job<R, F>(f: F) -> (Job, oneshot::Receiver<Result<R>>)
+where
+    R: Send + 'static,
+    F: FnOnce(&Connection) -> Result<R> + Send + 'static,
+{
+    let (tx, rx) = oneshot::channel::<Result<R>>();
+    let job: Job = Box::new(move |conn| {
+        let outcome = match conn {
+            Ok(conn) => in_savepoint(conn, f),
+            Err(e) => Err(classify_group("beginning a transaction", e)),
+        };
+        Box::new(move |commit| {
+            // A job that failed says why itself; one that did its part
+            // fails only if its transaction did not commit.
+            let answer = match commit {
+                Ok(()) => outcome,
+                Err(e) => outcome.and_then(|_| Err(classify_group("committing", e))),
+            };
+            let _ = tx.send(answer);
+        })
+    });
+    (job, rx)
 }
 
 /// A SQLite error as a broker error: a file that is busy, locked, read-only,
@@ -122,7 +189,8 @@ fn transient(e: &rusqlite::Error) -> bool {
     matches!(
         e.sqlite_error_code(),
         Some(
-            ErrorCode::DatabaseBusy
+            ErrorCode::OperationAborted
+                | ErrorCode::DatabaseBusy
                 | ErrorCode::DatabaseLocked
                 | ErrorCode::CannotOpen
                 | ErrorCode::SystemIoFailure
@@ -154,8 +222,14 @@ fn in_savepoint<R>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<R>) 
     } else {
         "ROLLBACK TO job; RELEASE job"
     };
-    conn.execute_batch(end).map_err(classify)?;
-    result
+    // When the end fails too (an error rolled the whole transaction back),
+    // the job's own error says more.
+    let ended = conn.execute_batch(end).map_err(classify);
+    match (result, ended) {
+        (Err(e), _) => Err(e),
+        (Ok(_), Err(e)) => Err(e),
+        (ok, Ok(())) => ok,
+    }
 }
 
 fn run_jobs(conn: Connection, rx: mpsc::Receiver<Job>) {
@@ -168,28 +242,65 @@ fn run_jobs(conn: Connection, rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
-            tracing::error!(error = %e, "SQLite broker could not begin a transaction");
-            // Each job answers with this error; there is nothing to commit.
-            let e = Arc::new(e);
-            for job in group {
-                job(Err(e.clone()))(Ok(()));
+        let sweep_now = last_sweep.elapsed() >= KEY_SWEEP_EVERY;
+        if sweep_now {
+            last_sweep = Instant::now();
+        }
+        run_group(&conn, group, sweep_now);
+    }
+}
+
+/// Run `group` in one transaction, or in as many as errors make it take,
+/// and answer each job only with what is true of it. Some errors (a full
+/// disk, an I/O error, no memory) can make SQLite roll the whole transaction
+/// back inside one job: then every job before it in that transaction is
+/// answered as not written, and the jobs after it run in a new transaction.
+fn run_group(conn: &Connection, group: Vec<Job>, sweep_now: bool) {
+    let mut open: Vec<Reply> = Vec::new();
+    let mut in_transaction = false;
+    for job in group {
+        if !in_transaction {
+            if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+                tracing::error!(error = %e, "SQLite broker could not begin a transaction");
+                // The job answers with this error; there is nothing to commit.
+                job(Err(Arc::new(e)))(Ok(()));
+                continue;
             }
+            in_transaction = true;
+        }
+        let reply = job(Ok(conn));
+        if conn.is_autocommit() {
+            let lost = Arc::new(rolled_back());
+            for earlier in open.drain(..) {
+                earlier(Err(lost.clone()));
+            }
+            reply(Err(lost));
+            in_transaction = false;
             continue;
         }
-        let replies: Vec<Reply> = group.into_iter().map(|job| job(Ok(&conn))).collect();
-        if last_sweep.elapsed() >= KEY_SWEEP_EVERY {
-            last_sweep = Instant::now();
-            sweep(&conn);
-        }
-        let commit = conn.execute_batch("COMMIT").map_err(Arc::new);
-        if commit.is_err() {
-            let _ = conn.execute_batch("ROLLBACK");
-        }
-        for reply in replies {
-            reply(commit.clone());
-        }
+        open.push(reply);
     }
+    if !in_transaction {
+        return;
+    }
+    if sweep_now {
+        sweep(conn);
+    }
+    let commit = conn.execute_batch("COMMIT").map_err(Arc::new);
+    if commit.is_err() && !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    for reply in open {
+        reply(commit.clone());
+    }
+}
+
+/// The error of a job whose transaction another job's error rolled back.
+fn rolled_back() -> rusqlite::Error {
+    rusqlite::Error::SqliteFailure(
+        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT_ROLLBACK),
+        Some("the group transaction was rolled back by another job's error; nothing of this job was written".into()),
+    )
 }
 
 /// Delete expired idempotency keys and key-value entries.
@@ -199,5 +310,96 @@ fn sweep(conn: &Connection) {
     }
     if let Err(e) = kv::sweep(conn, now_ms()) {
         tracing::warn!(error = %e, "could not delete expired key-value entries");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::params;
+
+    use super::*;
+
+    /// A job that stores `value` under `key` in the key-value table.
+    fn put(key: usize, value: Vec<u8>) -> (Job, oneshot::Receiver<Result<()>>) {
+        job(move |c| {
+            c.execute(
+                "INSERT INTO kv (scope, key, value) VALUES ('t', ?1, ?2)",
+                params![key.to_string(), value],
+            )
+            .map_err(classify)?;
+            Ok(())
+        })
+    }
+
+    fn written(conn: &Connection, key: usize) -> bool {
+        conn.query_row(
+            "SELECT COUNT(*) FROM kv WHERE scope = 't' AND key = ?1",
+            [key.to_string()],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+            == 1
+    }
+
+    /// Run `jobs` as one group and check that each job's answer says
+    /// exactly whether it was written. Returns the answers.
+    fn run_and_check(
+        conn: &Connection,
+        jobs: Vec<(Job, oneshot::Receiver<Result<()>>)>,
+    ) -> Vec<Result<()>> {
+        let (jobs, answers): (Vec<Job>, Vec<_>) = jobs.into_iter().unzip();
+        run_group(conn, jobs, false);
+        answers
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut rx)| {
+                let answer = rx.try_recv().expect("every job is answered");
+                assert_eq!(answer.is_ok(), written(conn, i), "job {i}: {answer:?}");
+                answer
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_job_that_rolls_the_transaction_back_takes_only_what_came_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_connection(&dir.path().join("b.db")).unwrap();
+        let rollback = job(|c| c.execute_batch("ROLLBACK").map_err(classify));
+        let jobs = vec![
+            put(0, vec![1]),
+            put(1, vec![1]),
+            (rollback.0, rollback.1),
+            put(3, vec![1]),
+            put(4, vec![1]),
+        ];
+        let answers = run_and_check(&conn, jobs);
+        let ok: Vec<bool> = answers.iter().map(Result::is_ok).collect();
+        assert_eq!(ok, [false, false, false, true, true]);
+        let lost = crate::error::chain(answers[0].as_ref().unwrap_err());
+        assert!(
+            lost.contains("rolled back by another job's error"),
+            "{lost}"
+        );
+    }
+
+    #[test]
+    fn a_group_in_which_the_disk_fills_answers_every_job_truthfully() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_connection(&dir.path().join("b.db")).unwrap();
+        let pages: i64 = conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap();
+        conn.pragma_update(None, "max_page_count", pages + 16)
+            .unwrap();
+        let sizes = [100, 100, 4 << 20, 100, 100];
+        let jobs = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| put(i, vec![7; n]))
+            .collect();
+        let answers = run_and_check(&conn, jobs);
+        let full = crate::error::chain(answers[2].as_ref().unwrap_err());
+        assert!(full.contains("full"), "{full}");
+        assert!(answers[4].is_ok(), "the jobs after it still commit");
     }
 }

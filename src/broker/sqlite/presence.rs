@@ -2,10 +2,8 @@
 //! `counters` and `dead`, and each host's handler statuses in
 //! `handler_status`, one JSON row per handler.
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{SqliteBroker, classify};
 use crate::broker::codec::{decode_status, encode_status};
@@ -25,18 +23,15 @@ CREATE TABLE IF NOT EXISTS handler_status (
 impl Presence for SqliteBroker {
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
         let queue = queue.to_string();
-        self.call(move |conn| {
+        self.read(move |conn| {
             let all = stats(conn, Some(&queue))?;
-            Ok(all
-                .into_iter()
-                .next()
-                .unwrap_or_else(|| QueueStats::empty(&queue)))
+            Ok(all.into_iter().next().expect("one queue asked, one answer"))
         })
         .await
     }
 
     async fn stats(&self) -> Result<Vec<QueueStats>> {
-        self.call(|conn| stats(conn, None)).await
+        self.read(|conn| stats(conn, None)).await
     }
 
     async fn put_handler_statuses(&self, host: &str, statuses: Vec<HandlerStatus>) -> Result<()> {
@@ -60,7 +55,7 @@ impl Presence for SqliteBroker {
     }
 
     async fn handler_statuses(&self) -> Result<Vec<HandlerStatus>> {
-        self.call(|conn| {
+        self.read(|conn| {
             let mut stmt = conn
                 .prepare_cached("SELECT status FROM handler_status ORDER BY handler, host")
                 .map_err(classify)?;
@@ -79,52 +74,56 @@ impl Presence for SqliteBroker {
     }
 }
 
-/// Counts of every queue, or of `only` that one, by queue name.
+/// Counts of every queue, or of `only` that one, by queue name. Each count
+/// is a range of an index (`messages_due`, `dead_queue`), not a scan of the
+/// table: the ready messages of a large backlog are counted from the index
+/// alone, and only delayed or leased ones are looked up.
 fn stats(conn: &Connection, only: Option<&str>) -> Result<Vec<QueueStats>> {
     let now = now_ms() as i64;
-    let filter = if only.is_some() {
-        "WHERE queue = ?1"
-    } else {
-        "WHERE ?1 IS NULL"
-    };
-    let mut by_queue: BTreeMap<String, QueueStats> = BTreeMap::new();
-    // Each query yields rows of (queue, counts...); `apply` puts the counts
-    // where they belong.
-    type Apply = fn(&mut QueueStats, &[u64]);
-    let queries: [(String, Apply); 3] = [
-        (
-            format!(
-                "SELECT queue, SUM(visible_at <= ?2), SUM(visible_at > ?2 AND leased = 0),
-                 SUM(visible_at > ?2 AND leased = 1) FROM messages {filter} GROUP BY queue"
-            ),
-            |s, c| (s.ready, s.delayed, s.in_flight) = (c[0], c[1], c[2]),
-        ),
-        (
-            format!(
-                "SELECT queue, done, duplicates, retried FROM counters {filter} AND ?2 IS NOT NULL"
-            ),
-            |s, c| (s.done, s.duplicates, s.retried) = (c[0], c[1], c[2]),
-        ),
-        (
-            format!("SELECT queue, COUNT(*) FROM dead {filter} AND ?2 IS NOT NULL GROUP BY queue"),
-            |s, c| s.dead = c[0],
-        ),
-    ];
-    for (sql, apply) in queries {
-        let mut stmt = conn.prepare_cached(&sql).map_err(classify)?;
-        let width = stmt.column_count();
-        let mut rows = stmt.query(params![only, now]).map_err(classify)?;
-        while let Some(r) = rows.next().map_err(classify)? {
-            let queue: String = r.get(0).map_err(classify)?;
-            let counts = (1..width)
-                .map(|i| r.get::<_, Option<i64>>(i).map(|v| v.unwrap_or(0) as u64))
-                .collect::<rusqlite::Result<Vec<_>>>()
+    let queues: Vec<String> = match only {
+        Some(q) => vec![q.to_string()],
+        None => {
+            let mut stmt = conn
+                .prepare_cached("SELECT queue FROM queues ORDER BY queue")
                 .map_err(classify)?;
-            let s = by_queue
-                .entry(queue)
-                .or_insert_with_key(|q| QueueStats::empty(q));
-            apply(s, &counts);
+            let rows = stmt.query_map([], |r| r.get(0)).map_err(classify)?;
+            rows.collect::<rusqlite::Result<_>>().map_err(classify)?
         }
+    };
+    let mut ready = conn
+        .prepare_cached("SELECT COUNT(*) FROM messages WHERE queue = ?1 AND visible_at <= ?2")
+        .map_err(classify)?;
+    let mut later = conn
+        .prepare_cached(
+            "SELECT COALESCE(SUM(leased = 0), 0), COALESCE(SUM(leased = 1), 0)
+             FROM messages WHERE queue = ?1 AND visible_at > ?2",
+        )
+        .map_err(classify)?;
+    let mut counters = conn
+        .prepare_cached("SELECT done, duplicates, retried FROM counters WHERE queue = ?1")
+        .map_err(classify)?;
+    let mut dead = conn
+        .prepare_cached("SELECT COUNT(*) FROM dead WHERE queue = ?1")
+        .map_err(classify)?;
+    let mut out = Vec::with_capacity(queues.len());
+    for queue in queues {
+        let mut s = QueueStats::empty(&queue);
+        let n = |v: i64| v.max(0) as u64;
+        s.ready = n(ready
+            .query_row(params![queue, now], |r| r.get(0))
+            .map_err(classify)?);
+        (s.delayed, s.in_flight) = later
+            .query_row(params![queue, now], |r| Ok((n(r.get(0)?), n(r.get(1)?))))
+            .map_err(classify)?;
+        if let Some((done, duplicates, retried)) = counters
+            .query_row([&queue], |r| Ok((n(r.get(0)?), n(r.get(1)?), n(r.get(2)?))))
+            .optional()
+            .map_err(classify)?
+        {
+            (s.done, s.duplicates, s.retried) = (done, duplicates, retried);
+        }
+        s.dead = n(dead.query_row([&queue], |r| r.get(0)).map_err(classify)?);
+        out.push(s);
     }
-    Ok(by_queue.into_values().collect())
+    Ok(out)
 }

@@ -40,6 +40,9 @@ CREATE TABLE IF NOT EXISTS keys (
     PRIMARY KEY (queue, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS keys_expiry ON keys (expires_at);
+CREATE TABLE IF NOT EXISTS queues (
+    queue TEXT PRIMARY KEY
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS counters (
     queue      TEXT PRIMARY KEY,
     done       INTEGER NOT NULL DEFAULT 0,
@@ -84,7 +87,18 @@ impl Queue for SqliteBroker {
 }
 
 /// Insert `messages`, each due after its own delay from `now`; their ids.
+/// Each queue is remembered in `queues`, which `stats` lists.
 fn insert_messages(conn: &Connection, messages: &[NewMessage], now: u64) -> Result<Vec<String>> {
+    let mut known = conn
+        .prepare_cached("INSERT OR IGNORE INTO queues (queue) VALUES (?1)")
+        .map_err(classify)?;
+    let mut last: Option<&str> = None;
+    for m in messages {
+        if last != Some(m.queue.as_str()) {
+            known.execute([&m.queue]).map_err(classify)?;
+            last = Some(&m.queue);
+        }
+    }
     let mut stmt = conn
         .prepare_cached(
             "INSERT INTO messages (id, queue, key, payload, headers, enqueued_at, visible_at)

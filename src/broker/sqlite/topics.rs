@@ -72,7 +72,7 @@ fn upsert(conn: &Connection, bindings: &[Binding]) -> Result<()> {
 impl TopicStore for SqliteBroker {
     async fn bindings(&self, topic: &str) -> Result<Vec<Binding>> {
         let topic = topic.to_string();
-        self.call(move |conn| select(conn, Some(&topic))).await
+        self.read(move |conn| select(conn, Some(&topic))).await
     }
 
     async fn bind(&self, bindings: &[Binding]) -> Result<()> {
@@ -127,7 +127,7 @@ impl TopicStore for SqliteBroker {
     }
 
     async fn topic_stats(&self) -> Result<Vec<TopicStats>> {
-        self.call(|conn| {
+        self.read(|conn| {
             let mut out: Vec<TopicStats> = Vec::new();
             let mut stmt = conn
                 .prepare_cached("SELECT topic, unmatched FROM topic_counts")
