@@ -318,3 +318,69 @@ fn a_failed_key_claim_hands_the_batch_back() {
     assert!(status.success(), "{}", read_log());
     assert_eq!(env.count("hello", "done"), 3, "{}", read_log());
 }
+
+/// Outbox entries the relay cannot read (here 600, more than one relay
+/// page) go to their queue's dead letters with why, and the held publish
+/// behind them still reaches its queue. `dlq show` finds a dead letter by
+/// its id without reading the dead stream.
+#[tokio::test]
+async fn unreadable_outbox_entries_are_dead_lettered_and_the_rest_relayed() {
+    use sluice::broker::{DeadLetters, Presence, RedisBroker};
+
+    let server = RedisServer::start();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let outbox = "sluice:{src}:outbox";
+    let mut pipe = redis::pipe();
+    for i in 0..600 {
+        pipe.cmd("XADD")
+            .arg(outbox)
+            .arg("*")
+            .arg("junk")
+            .arg(i)
+            .ignore();
+    }
+    pipe.cmd("XADD")
+        .arg(outbox)
+        .arg("*")
+        .arg(&[
+            "q", "dst", "i", "good-1", "k", "", "p", "hello", "h", "", "d", "0",
+        ])
+        .ignore();
+    pipe.cmd("SADD").arg("sluice:queues").arg("src").ignore();
+    pipe.query_async::<()>(&mut c).await.unwrap();
+
+    let broker = RedisBroker::connect(&server.url()).await.unwrap();
+    let start = Instant::now();
+    loop {
+        let (dst, src) = (
+            broker.queue_stats("dst").await.unwrap(),
+            broker.queue_stats("src").await.unwrap(),
+        );
+        if dst.ready == 1 && src.dead == 600 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{dst:?} {src:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let dead = broker.dead_letters("src", 1).await.unwrap();
+    assert!(
+        dead[0]
+            .reason
+            .contains("unreadable held publish in the outbox of queue src"),
+        "{:?}",
+        dead[0]
+    );
+    let shown = broker
+        .dead_letter("src", &dead[0].id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&shown.payload), r#"{"junk":"0"}"#);
+    let indexed: u64 = redis::cmd("HLEN")
+        .arg("sluice:{src}:deadidx")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(indexed, 600, "every dead letter is in the index");
+}

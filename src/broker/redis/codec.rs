@@ -139,13 +139,25 @@ pub struct Held {
     pub delay_ms: u64,
 }
 
+/// An outbox entry as the relay reads it: a publish to pass on, or one it
+/// cannot read (kept as its fields' text, for the dead letter it becomes).
+#[derive(Debug)]
+pub enum Outboxed {
+    Held(Held),
+    Unreadable { entry: String, fields: String },
+}
+
 impl Held {
-    pub fn parse(v: Value) -> Option<Held> {
+    /// An outbox entry, `[entry id, [field, value, ...]]`. `None` for what
+    /// is not a stream entry at all.
+    pub fn parse(v: Value) -> Option<Outboxed> {
         let (entry, fields) = entry_fields(v)?;
+        let text = fields_text(&fields);
         let mut h = Held {
             entry,
             ..Held::default()
         };
+        let mut delay_ok = true;
         for (name, value) in pairs(fields) {
             match bulk(&name) {
                 Some(b"q") => h.queue = utf8(value),
@@ -153,12 +165,38 @@ impl Held {
                 Some(b"k") => h.key = value,
                 Some(b"p") => h.payload = value,
                 Some(b"h") => h.headers = value,
-                Some(b"d") => h.delay_ms = number(&value).unwrap_or(0),
+                Some(b"d") => match number(&value) {
+                    Some(d) => h.delay_ms = d,
+                    None => delay_ok = false,
+                },
                 _ => {}
             }
         }
-        Some(h).filter(|h| !h.queue.is_empty() && !h.id.is_empty())
+        let readable =
+            crate::message::validate_queue_name(&h.queue).is_ok() && !h.id.is_empty() && delay_ok;
+        Some(if readable {
+            Outboxed::Held(h)
+        } else {
+            Outboxed::Unreadable {
+                entry: h.entry,
+                fields: text,
+            }
+        })
     }
+}
+
+/// A stream entry's fields as a JSON object of text, for people to read.
+fn fields_text(fields: &[Value]) -> String {
+    let mut map = serde_json::Map::new();
+    for pair in fields.chunks(2) {
+        let text = |v: &Value| match v {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            other => format!("{other:?}"),
+        };
+        let value = pair.get(1).map(text).unwrap_or_default();
+        map.insert(text(&pair[0]), serde_json::Value::String(value));
+    }
+    serde_json::Value::Object(map).to_string()
 }
 
 /// The deliveries in an `XREADGROUP` reply, each on its first delivery.

@@ -7,7 +7,7 @@ use redis::Value;
 
 use super::codec::{self, Entry};
 use super::conn::classify;
-use super::{RedisBroker, key, scripts};
+use super::{QueueKeys, RedisBroker, key, scripts};
 use crate::broker::{DeadLetter, DeadLetters, ReplaySelector, Result};
 
 /// Dead letters one replay script looks at before handing back.
@@ -24,8 +24,20 @@ impl DeadLetters for RedisBroker {
     }
 
     async fn dead_letter(&self, queue: &str, id: &str) -> Result<Option<DeadLetter>> {
-        let dead = self.read_dead(queue, None).await?;
-        Ok(dead
+        let keys = QueueKeys::new(queue);
+        let mut conn = self.conn.clone();
+        let entry: Option<String> = redis::cmd("HGET")
+            .arg(&keys.dead_index)
+            .arg(id)
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        let found = match entry {
+            Some(entry) => self.read_dead_range(queue, &entry, &entry, 1).await?,
+            // Dead letters from before the index: looked for a page at a time.
+            None => self.find_dead(queue, id).await?,
+        };
+        Ok(found
             .into_iter()
             .find(|e| e.id == id)
             .map(|e| e.into_dead_letter(queue)))
@@ -51,6 +63,7 @@ impl DeadLetters for RedisBroker {
             script
                 .key(key(queue, "dead"))
                 .key(key(queue, "stream"))
+                .key(key(queue, "deadidx"))
                 .arg(&after)
                 .arg(&until)
                 .arg(REPLAY_SCAN)
@@ -75,6 +88,7 @@ impl DeadLetters for RedisBroker {
         let mut conn = self.conn.clone();
         scripts::PURGE
             .key(key(queue, "dead"))
+            .key(key(queue, "deadidx"))
             .invoke_async(&mut conn)
             .await
             .map_err(classify)
@@ -84,16 +98,49 @@ impl DeadLetters for RedisBroker {
 impl RedisBroker {
     /// The entries of a queue's dead stream, oldest first, at most `count`.
     async fn read_dead(&self, queue: &str, count: Option<usize>) -> Result<Vec<Entry>> {
+        self.read_dead_range(queue, "-", "+", count.unwrap_or(usize::MAX))
+            .await
+    }
+
+    /// At most `count` entries of a queue's dead stream from `start` to
+    /// `end` (XRANGE bounds).
+    async fn read_dead_range(
+        &self,
+        queue: &str,
+        start: &str,
+        end: &str,
+        count: usize,
+    ) -> Result<Vec<Entry>> {
         let mut conn = self.conn.clone();
-        let mut cmd = redis::cmd("XRANGE");
-        cmd.arg(key(queue, "dead")).arg("-").arg("+");
-        if let Some(n) = count {
-            cmd.arg("COUNT").arg(n);
-        }
-        let reply: Value = cmd.query_async(&mut conn).await.map_err(classify)?;
+        let reply: Value = redis::cmd("XRANGE")
+            .arg(key(queue, "dead"))
+            .arg(start)
+            .arg(end)
+            .arg("COUNT")
+            .arg(count)
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)?;
         Ok(codec::into_array(reply)
             .into_iter()
             .filter_map(Entry::parse)
             .collect())
+    }
+
+    /// The dead letter `id` of `queue`, looked for a page at a time.
+    async fn find_dead(&self, queue: &str, id: &str) -> Result<Vec<Entry>> {
+        let mut start = "-".to_string();
+        loop {
+            let page = self
+                .read_dead_range(queue, &start, "+", REPLAY_SCAN)
+                .await?;
+            let Some(last) = page.last().map(|e| e.entry.clone()) else {
+                return Ok(Vec::new());
+            };
+            if let Some(found) = page.into_iter().find(|e| e.id == id) {
+                return Ok(vec![found]);
+            }
+            start = format!("({last}");
+        }
     }
 }

@@ -77,6 +77,8 @@ struct QueueKeys {
     dead: String,
     counters: String,
     outbox: String,
+    /// Each dead letter's entry in `dead`, by message id.
+    dead_index: String,
 }
 
 impl QueueKeys {
@@ -88,6 +90,7 @@ impl QueueKeys {
             dead: key(queue, "dead"),
             counters: key(queue, "counters"),
             outbox: key(queue, "outbox"),
+            dead_index: key(queue, "deadidx"),
         }
     }
 }

@@ -290,7 +290,8 @@ impl RedisBroker {
             .key(&keys.bodies)
             .key(&keys.dead)
             .key(&keys.counters)
-            .key(&keys.outbox);
+            .key(&keys.outbox)
+            .key(&keys.dead_index);
         script.arg(GROUP).arg(&self.consumer);
         let mut idem_keys = 0usize;
         let mut has_publishes = false;

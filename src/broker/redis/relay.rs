@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 use redis::Value;
 use tokio::sync::Notify;
 
+use super::codec::Outboxed;
 use super::conn::Conn;
 use super::queue::group_by_queue;
 use super::{QUEUES_KEY, QueueKeys, codec, key, scripts};
+use crate::message::new_id;
 
 /// How long the relay's markers remember a relayed publish.
 const RELAY_MARKER_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -74,12 +76,22 @@ pub(super) async fn relay_queue(mut conn: Conn, queue: &str) -> redis::RedisResu
             .arg(500)
             .query_async(&mut conn)
             .await?;
-        let held: Vec<codec::Held> = codec::into_array(reply)
-            .into_iter()
-            .filter_map(codec::Held::parse)
-            .collect();
-        if held.is_empty() {
+        let entries = codec::into_array(reply);
+        if entries.is_empty() {
             return Ok(());
+        }
+        let mut held = Vec::with_capacity(entries.len());
+        for e in entries {
+            match codec::Held::parse(e) {
+                Some(Outboxed::Held(h)) => held.push(h),
+                Some(Outboxed::Unreadable { entry, fields }) => {
+                    bury(&mut conn, queue, &entry, &fields).await?;
+                }
+                None => {}
+            }
+        }
+        if held.is_empty() {
+            continue;
         }
         // One script per target queue: its keys share that queue's slot.
         let by_target = group_by_queue(&held, |&h| h.queue.as_str());
@@ -124,4 +136,27 @@ async fn enqueue_held(
             .arg(h.delay_ms);
     }
     script.invoke_async::<()>(conn).await
+}
+
+/// Move an outbox entry the relay cannot read to `queue`'s dead letters,
+/// with why, so that the entries behind it are relayed.
+async fn bury(conn: &mut Conn, queue: &str, entry: &str, fields: &str) -> redis::RedisResult<()> {
+    let keys = QueueKeys::new(queue);
+    tracing::error!(
+        queue,
+        entry,
+        "an outbox entry cannot be read (no target queue, id or delay); it is moved to the queue's dead letters"
+    );
+    scripts::BURY_HELD
+        .key(&keys.dead)
+        .key(&keys.dead_index)
+        .key(&keys.outbox)
+        .arg(entry)
+        .arg(new_id())
+        .arg(fields)
+        .arg(format!(
+            "unreadable held publish in the outbox of queue {queue} (entry {entry}): it names no valid target queue, id or delay; its fields are the payload"
+        ))
+        .invoke_async(conn)
+        .await
 }

@@ -160,7 +160,8 @@ return out
     )
 });
 
-/// KEYS: stream, delayed, bodies, dead, counters, outbox, then the
+/// KEYS: stream, delayed, bodies, dead, counters, outbox, dead index (a
+/// hash of dead letters' stream entries by message id), then the
 /// idempotency keys the ops refer to. ARGV: group, consumer, then ops, each
 /// `kind, entry, delivery count, key index (0 = none), message id, attempt`
 /// followed by:
@@ -179,7 +180,7 @@ pub static SETTLE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
         r#"
-local S, Z, H, D, C, O = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local S, Z, H, D, C, O, DI = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local group, consumer = ARGV[1], ARGV[2]
 local now = server_now()
 -- Removals and counter updates are collected and applied once per batch.
@@ -218,7 +219,7 @@ while i <= #ARGV do
   local kind, entry, count, kidx, id, attempt =
     ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4], tonumber(ARGV[i + 5])
   local key = nil
-  if kidx > 0 then key = KEYS[6 + kidx] end
+  if kidx > 0 then key = KEYS[7 + kidx] end
   i = i + 6
   if kind == 'D' then
     local retention, npub = ARGV[i], tonumber(ARGV[i + 1])
@@ -267,7 +268,7 @@ while i <= #ARGV do
       for _, kv in ipairs({{'r', ARGV[i]}, {'v', ARGV[i + 2]}, {'n', tostring(attempt)}}) do
         set_field(f, kv[1], kv[2])
       end
-      redis.call('XADD', D, '*', unpack(f))
+      redis.call('HSET', DI, id, redis.call('XADD', D, '*', unpack(f)))
       to_outbox(i + 4, tonumber(ARGV[i + 3]))
     end
     release(key, id)
@@ -303,7 +304,7 @@ return {redis.call('XLEN', KEYS[1]), pending, redis.call('ZCARD', KEYS[2]),
     )
 });
 
-/// KEYS: dead, stream. ARGV: after (an exclusive start like `(1-0`, or
+/// KEYS: dead, stream, dead index. ARGV: after (an exclusive start like `(1-0`, or
 /// `-`), until (the last death time in ms, or `+`), scan (entries to look
 /// at, at most), limit (most to move; 0 = no limit), max redrives (-1 = any),
 /// redrive (1 = count one more redrive), then the ids to take (any when
@@ -338,6 +339,7 @@ for _, e in ipairs(entries) do
     if redrives > 0 then set_field(back, 'c', tostring(redrives)) end
     redis.call('XADD', KEYS[2], '*', unpack(back))
     redis.call('XDEL', KEYS[1], e[1])
+    redis.call('HDEL', KEYS[3], id)
     moved = moved + 1
   end
 end
@@ -347,13 +349,29 @@ return {moved, last}
     ))
 });
 
-/// KEYS: dead. Deletes the queue's dead letters; returns how many.
+/// KEYS: dead, dead index. Deletes the queue's dead letters; returns how
+/// many.
 pub static PURGE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local n = redis.call('XLEN', KEYS[1])
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[2])
 return n
+"#,
+    )
+});
+
+/// KEYS: dead, dead index, outbox. ARGV: outbox entry, id, payload,
+/// reason. Moves an outbox entry the relay cannot read to the queue's dead
+/// letters (its fields as the payload), so that it no longer stops the
+/// relay of the entries behind it.
+pub static BURY_HELD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local deid = redis.call('XADD', KEYS[1], '*', 'i', ARGV[2], 'p', ARGV[3], 'r', ARGV[4], 'n', '0')
+redis.call('HSET', KEYS[2], ARGV[2], deid)
+redis.call('XDEL', KEYS[3], ARGV[1])
+return 1
 "#,
     )
 });
