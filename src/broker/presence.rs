@@ -35,6 +35,10 @@ pub struct QueueStats {
     pub duplicates: u64,
     pub retried: u64,
     pub dead: u64,
+    /// Settlements refused because their delivery had lost its lease: the
+    /// message was delivered again meanwhile (the host was too slow, or
+    /// stopped), so this delivery's result did not count.
+    pub lost_leases: u64,
 }
 
 impl QueueStats {

@@ -20,7 +20,9 @@ pub trait Queue: Send + Sync + 'static {
     /// counts one attempt, whether or not it is settled before the lease ends.
     async fn receive(&self, queue: &str, max: usize, lease: Duration) -> Result<Vec<Delivery>>;
 
-    /// Take idempotency keys of `queue` for `lease`, one answer per claim.
+    /// Take idempotency keys of `queue` for `lease`, one answer per claim. A
+    /// key is held by one delivery at a time: another delivery of the same
+    /// message finds it busy until the holder settles or its lease ends.
     async fn claim(
         &self,
         queue: &str,
@@ -28,9 +30,11 @@ pub trait Queue: Send + Sync + 'static {
         lease: Duration,
     ) -> Result<Vec<ClaimState>>;
 
-    /// End leases. A settlement whose lease was lost to another consumer is
-    /// ignored, except `Done`, which still records its key so the other
-    /// consumer's copy becomes a duplicate.
+    /// End leases. Every settlement is fenced by its delivery's receipt: one
+    /// whose delivery lost its lease (the message was delivered again since,
+    /// or is gone) is refused, applied in no part, and counted in
+    /// [`QueueStats::lost_leases`](super::QueueStats::lost_leases). A late
+    /// `Done` therefore never overwrites a newer delivery's result.
     async fn settle(&self, settlements: &[Settlement]) -> Result<()>;
 
     /// Finish what the broker does in the background for this host before it
@@ -45,7 +49,9 @@ pub trait Queue: Send + Sync + 'static {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyClaim {
     pub key: String,
-    pub message_id: String,
+    /// Who takes it: the delivery's receipt, so that two deliveries of one
+    /// message are two holders.
+    pub holder: String,
 }
 
 /// What came of a [`KeyClaim`].
@@ -64,8 +70,8 @@ pub enum ClaimState {
 pub enum Settlement {
     /// Handled. Removes the message, records `key` as done for `retention`
     /// and commits `publishes`, all in one step. If the key turns out to be
-    /// done already (a concurrent delivery won), the publishes are dropped
-    /// and the message counts as a duplicate.
+    /// done already (another message with the same key completed), the
+    /// publishes are dropped and the message counts as a duplicate.
     Done {
         delivery: Delivery,
         key: Option<(String, Duration)>,
@@ -81,7 +87,12 @@ pub enum Settlement {
         key: Option<String>,
     },
     /// Put back for `delay` without counting an attempt (key busy, shutdown).
-    Defer { delivery: Delivery, delay: Duration },
+    /// Releases `key` if this delivery holds it.
+    Defer {
+        delivery: Delivery,
+        delay: Duration,
+        key: Option<String>,
+    },
     /// Move to the dead letters. Releases `key`. `notice`, if any, is
     /// published in the same atomic step that stores the dead letter (the
     /// handler's `on_dead` hook), and only if it is stored.
@@ -111,8 +122,10 @@ impl Settlement {
     pub fn key(&self) -> Option<&str> {
         match self {
             Settlement::Done { key, .. } => key.as_ref().map(|(k, _)| k.as_str()),
-            Settlement::Retry { key, .. } | Settlement::Dead { key, .. } => key.as_deref(),
-            Settlement::Duplicate { .. } | Settlement::Defer { .. } => None,
+            Settlement::Retry { key, .. }
+            | Settlement::Dead { key, .. }
+            | Settlement::Defer { key, .. } => key.as_deref(),
+            Settlement::Duplicate { .. } => None,
         }
     }
 }

@@ -69,7 +69,7 @@ async fn take_keys(
         .filter_map(|(d, key, _)| {
             key.as_ref().map(|k| KeyClaim {
                 key: k.clone(),
-                message_id: d.id.clone(),
+                holder: d.receipt.clone(),
             })
         })
         .collect();
@@ -111,10 +111,12 @@ async fn take_keys(
     admitted
 }
 
-/// Hand `delivery` back for a later try that spends no attempt.
+/// Hand `delivery` back for a later try that spends no attempt; it holds
+/// no key.
 fn defer(delivery: crate::message::Delivery) -> Settlement {
     Settlement::Defer {
         delivery,
         delay: BUSY_KEY_DELAY,
+        key: None,
     }
 }

@@ -37,6 +37,7 @@ pub(super) async fn call_loop(
             Settlement::Defer {
                 delivery,
                 delay: Duration::ZERO,
+                key,
             }
         } else {
             run_one(&*dispatch, &spec, delivery, key).await
@@ -62,6 +63,7 @@ async fn run_one(
         return Settlement::Defer {
             delivery,
             delay: Duration::ZERO,
+            key,
         };
     }
     let invocation = dispatch.invoke(&delivery).await;
@@ -96,6 +98,7 @@ pub fn settlement_for(
             return Settlement::Defer {
                 delivery,
                 delay: POOL_FULL_DELAY,
+                key,
             };
         }
         Err(failure) => (
@@ -272,10 +275,16 @@ mod tests {
     #[test]
     fn a_full_pool_sends_the_message_back_without_spending_an_attempt() {
         let full = Err(Failure::PoolFull("maximum concurrent limit".into()));
-        let Settlement::Defer { delivery, delay } = settle(3, full) else {
+        let Settlement::Defer {
+            delivery,
+            delay,
+            key,
+        } = settle(3, full)
+        else {
             panic!("not deferred");
         };
         assert_eq!((delivery.attempt, delay), (3, POOL_FULL_DELAY));
+        assert_eq!(key.as_deref(), Some("k1"), "the key it took is let go");
     }
 
     #[test]

@@ -172,16 +172,95 @@ pub async fn delayed_publish_is_not_early(b: Arc<dyn Broker>) {
     receive_one(&*b, "q", LEASE).await;
 }
 
-pub async fn defer_does_not_count_an_attempt(b: Arc<dyn Broker>) {
+pub async fn defer_does_not_count_an_attempt_and_lets_its_key_go(b: Arc<dyn Broker>) {
     b.publish(vec![msg("q", "x")]).await.unwrap();
     let d = receive_one(&*b, "q", LEASE).await;
+    let claim = |holder: &str| KeyClaim {
+        key: "k".into(),
+        holder: holder.into(),
+    };
+    let taken = b.claim("q", &[claim(&d.receipt)], LEASE).await.unwrap();
+    assert_eq!(taken, [ClaimState::Acquired]);
     b.settle(&[Settlement::Defer {
         delivery: d,
         delay: Duration::ZERO,
+        key: Some("k".into()),
     }])
     .await
     .unwrap();
-    assert_eq!(receive_one(&*b, "q", LEASE).await.attempt, 1);
+    let again = receive_one(&*b, "q", LEASE).await;
+    assert_eq!(again.attempt, 1);
+    assert_eq!(
+        b.claim("q", &[claim(&again.receipt)], LEASE).await.unwrap(),
+        [ClaimState::Acquired],
+        "the deferred delivery let its key go"
+    );
+}
+
+/// Every kind of settlement from a delivery that lost its lease (the
+/// message was delivered again since) is refused: nothing of it applies,
+/// and it is counted in `lost_leases`.
+pub async fn every_settlement_of_a_lost_lease_is_refused(b: Arc<dyn Broker>) {
+    let payloads = ["done", "dup", "retry", "defer", "dead"];
+    b.publish(payloads.iter().map(|p| msg("q", p)).collect())
+        .await
+        .unwrap();
+    let stale = b.receive("q", 10, SHORT).await.unwrap();
+    assert_eq!(stale.len(), 5);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let fresh = b.receive("q", 10, SHORT).await.unwrap();
+    assert_eq!(fresh.len(), 5, "every message delivered again");
+    let refused: Vec<Settlement> = stale
+        .into_iter()
+        .map(|d| match String::from_utf8_lossy(&d.payload).as_ref() {
+            "done" => Settlement::Done {
+                delivery: d,
+                key: None,
+                publishes: vec![msg("next", "from a lost lease")],
+            },
+            "dup" => Settlement::Duplicate { delivery: d },
+            "retry" => Settlement::Retry {
+                delivery: d,
+                delay: Duration::ZERO,
+                error: "late".into(),
+                key: None,
+            },
+            "defer" => Settlement::Defer {
+                delivery: d,
+                delay: Duration::ZERO,
+                key: None,
+            },
+            _ => Settlement::Dead {
+                delivery: d,
+                reason: "late".into(),
+                error: None,
+                handler_version: None,
+                key: None,
+                notice: None,
+            },
+        })
+        .collect();
+    b.settle(&refused).await.unwrap();
+    let s = b.queue_stats("q").await.unwrap();
+    assert_eq!(
+        (s.done, s.duplicates, s.retried, s.dead, s.lost_leases),
+        (0, 0, 0, 0, 5),
+        "{s:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(b.receive("next", 10, LEASE).await.unwrap().is_empty());
+    // The fresh deliveries settle as usual.
+    let done: Vec<Settlement> = fresh
+        .into_iter()
+        .map(|d| Settlement::Done {
+            delivery: d,
+            key: None,
+            publishes: vec![],
+        })
+        .collect();
+    b.settle(&done).await.unwrap();
+    let s = stats_until(&*b, "q", |s| s.pending() == 0).await;
+    assert_eq!((s.done, s.lost_leases), (5, 5), "{s:?}");
 }
 
 pub async fn dead_letters_list_show_replay_purge(b: Arc<dyn Broker>) {
@@ -235,9 +314,9 @@ pub async fn dead_letters_list_show_replay_purge(b: Arc<dyn Broker>) {
 }
 
 pub async fn keys_acquire_busy_done_and_release(b: Arc<dyn Broker>) {
-    let claim = |key: &str, id: &str| KeyClaim {
+    let claim = |key: &str, holder: &str| KeyClaim {
         key: key.into(),
-        message_id: id.into(),
+        holder: holder.into(),
     };
     let states = b
         .claim(
@@ -261,7 +340,9 @@ pub async fn keys_acquire_busy_done_and_release(b: Arc<dyn Broker>) {
     b.publish(vec![msg("q", "x")]).await.unwrap();
     let d = receive_one(&*b, "q", LEASE).await;
     assert_eq!(
-        b.claim("q", &[claim("r", &d.id)], LEASE).await.unwrap(),
+        b.claim("q", &[claim("r", &d.receipt)], LEASE)
+            .await
+            .unwrap(),
         [ClaimState::Acquired]
     );
     b.settle(&[Settlement::Retry {
@@ -280,7 +361,9 @@ pub async fn keys_acquire_busy_done_and_release(b: Arc<dyn Broker>) {
     // Done records the key for its retention, then it expires.
     b.publish(vec![msg("q", "y")]).await.unwrap();
     let d = receive_one(&*b, "q", LEASE).await;
-    b.claim("q", &[claim("d", &d.id)], LEASE).await.unwrap();
+    b.claim("q", &[claim("d", &d.receipt)], LEASE)
+        .await
+        .unwrap();
     b.settle(&[Settlement::Done {
         delivery: d,
         key: Some(("d".into(), Duration::from_millis(300))),
@@ -299,16 +382,36 @@ pub async fn keys_acquire_busy_done_and_release(b: Arc<dyn Broker>) {
     );
 }
 
+/// Two messages with one key: the second to finish is a duplicate, and its
+/// publishes are dropped. A late done of a delivery that lost its lease is
+/// refused, publishes and all.
 pub async fn second_done_for_a_key_is_a_duplicate_without_publishes(b: Arc<dyn Broker>) {
-    b.publish(vec![msg("q", "x")]).await.unwrap();
+    b.publish(vec![msg("q", "x"), msg("q", "y")]).await.unwrap();
+    let got = b.receive("q", 10, LEASE).await.unwrap();
+    let key = Some(("k".to_string(), Duration::from_secs(60)));
+    for (d, p) in got.into_iter().zip(["1", "2"]) {
+        b.settle(&[Settlement::Done {
+            delivery: d,
+            key: key.clone(),
+            publishes: vec![msg("next", p)],
+        }])
+        .await
+        .unwrap();
+    }
+    let s = stats_until(&*b, "q", |s| s.pending() == 0).await;
+    assert_eq!((s.done, s.duplicates), (1, 1));
+    let next = receive_n(&*b, "next", 1).await;
+    assert_eq!(next[0].payload, b"1");
+
+    b.publish(vec![msg("q", "z")]).await.unwrap();
     let first = receive_one(&*b, "q", SHORT).await;
     tokio::time::sleep(Duration::from_millis(250)).await;
     let second = receive_one(&*b, "q", SHORT).await;
-    let key = Some(("k".to_string(), Duration::from_secs(60)));
+    let key = Some(("z".to_string(), Duration::from_secs(60)));
     b.settle(&[Settlement::Done {
         delivery: second,
         key: key.clone(),
-        publishes: vec![msg("next", "1")],
+        publishes: vec![msg("next", "3")],
     }])
     .await
     .unwrap();
@@ -316,14 +419,13 @@ pub async fn second_done_for_a_key_is_a_duplicate_without_publishes(b: Arc<dyn B
     b.settle(&[Settlement::Done {
         delivery: first,
         key,
-        publishes: vec![msg("next", "2")],
+        publishes: vec![msg("next", "4")],
     }])
     .await
     .unwrap();
     let s = stats_until(&*b, "q", |s| s.pending() == 0).await;
-    assert_eq!((s.done, s.duplicates), (1, 1));
-    let next = receive_n(&*b, "next", 1).await;
-    assert_eq!(next[0].payload, b"1");
+    assert_eq!((s.done, s.duplicates, s.lost_leases), (2, 1, 1));
+    assert_eq!(receive_n(&*b, "next", 1).await[0].payload, b"3");
 }
 
 pub async fn duplicate_settlement_acks_without_counting_done(b: Arc<dyn Broker>) {
@@ -413,7 +515,8 @@ on_every_backend!(broker:
     done_commits_publishes_with_the_ack,
     retry_waits_for_its_delay,
     delayed_publish_is_not_early,
-    defer_does_not_count_an_attempt,
+    defer_does_not_count_an_attempt_and_lets_its_key_go,
+    every_settlement_of_a_lost_lease_is_refused,
     dead_letters_list_show_replay_purge,
     keys_acquire_busy_done_and_release,
     second_done_for_a_key_is_a_duplicate_without_publishes,

@@ -55,6 +55,7 @@ mod kv;
 mod languages;
 mod layout;
 mod outcomes;
+mod overlap;
 mod redis;
 mod redis_support;
 mod redrive;

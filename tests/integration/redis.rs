@@ -384,3 +384,43 @@ async fn unreadable_outbox_entries_are_dead_lettered_and_the_rest_relayed() {
         .unwrap();
     assert_eq!(indexed, 600, "every dead letter is in the index");
 }
+
+/// Hosts reclaim a message by the longest lease any live host of its queue
+/// leases for, not by their own: a host with a short lease never takes a
+/// message another host leased for longer and is still handling.
+#[tokio::test]
+async fn a_short_lease_host_does_not_take_a_long_lease_hosts_message() {
+    use sluice::broker::{Queue, RedisBroker};
+
+    let server = RedisServer::start();
+    let long = RedisBroker::connect(&server.url()).await.unwrap();
+    let short = RedisBroker::connect(&server.url()).await.unwrap();
+    long.publish(vec![NewMessage::new("q", "x")]).await.unwrap();
+    let got = long
+        .receive("q", 10, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(800) {
+        let taken = short
+            .receive("q", 10, Duration::from_millis(100))
+            .await
+            .unwrap();
+        assert!(taken.is_empty(), "taken after {:?}", start.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The long lease is what the queue's consumers see.
+    drop(long);
+    let mut c = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let leases: Vec<String> = redis::cmd("HVALS")
+        .arg("sluice:{q}:leases")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(leases.iter().any(|l| l.starts_with("30000 ")), "{leases:?}");
+}

@@ -54,18 +54,15 @@ fn idem_key(queue: &str, k: &str) -> String {
     format!("sluice:{{{queue}}}:key:{k}")
 }
 
-/// What an idempotency key holds while `message_id` is being handled.
-fn lease_value(message_id: &str) -> String {
-    format!("{LEASE_PREFIX}{message_id}")
+/// What an idempotency key holds while the delivery whose receipt is
+/// `holder` handles its message. (Once done it holds `D:` and the message
+/// id: see `SETTLE`.)
+fn lease_value(holder: &str) -> String {
+    format!("{LEASE_PREFIX}{holder}")
 }
 
-/// What an idempotency key holds once `message_id` is done.
-fn done_value(message_id: &str) -> String {
-    format!("{DONE_PREFIX}{message_id}")
-}
-
-/// The prefixes of [`lease_value`] and [`done_value`]; the scripts spell
-/// them too, as `'L:'` and `'D:'`.
+/// The prefixes of a key's lease and of a done key; the scripts spell them
+/// too, as `'L:'` and `'D:'`.
 const LEASE_PREFIX: &str = "L:";
 const DONE_PREFIX: &str = "D:";
 
@@ -79,6 +76,8 @@ struct QueueKeys {
     outbox: String,
     /// Each dead letter's entry in `dead`, by message id.
     dead_index: String,
+    /// Each live consumer's lease, for reclaiming (see `MAINTAIN`).
+    leases: String,
 }
 
 impl QueueKeys {
@@ -91,6 +90,7 @@ impl QueueKeys {
             counters: key(queue, "counters"),
             outbox: key(queue, "outbox"),
             dead_index: key(queue, "deadidx"),
+            leases: key(queue, "leases"),
         }
     }
 }

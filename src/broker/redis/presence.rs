@@ -95,6 +95,7 @@ fn parse_stats(queue: &str, reply: &Value) -> QueueStats {
                 Some("done") => s.done = count,
                 Some("duplicates") => s.duplicates = count,
                 Some("retried") => s.retried = count,
+                Some("lost") => s.lost_leases = count,
                 _ => {}
             }
         }

@@ -3,9 +3,9 @@
 //! * publish: one `PUBLISH` script per queue and 500 messages;
 //! * receive: one `XREADGROUP` (see `reader.rs`);
 //! * claim: one pipeline of plain `SET NX GET`, the cheapest way to take keys;
-//! * settle: plain acks (done with a key and nothing to publish, and
-//!   duplicates) in one `MULTI`/`EXEC`, the rest in one `SETTLE` script per
-//!   queue, which writes held publishes to the queue's outbox for the relay.
+//! * settle: one `SETTLE` script per queue, which fences each settlement by
+//!   its delivery and writes held publishes to the queue's outbox for the
+//!   relay.
 
 use std::time::Duration;
 
@@ -15,8 +15,7 @@ use redis::Value;
 use super::codec::{self, encode_headers};
 use super::conn::classify;
 use super::{
-    DONE_PREFIX, GROUP, LEASE_PREFIX, QueueKeys, RedisBroker, done_value, idem_key, lease_value,
-    relay, scripts,
+    DONE_PREFIX, GROUP, LEASE_PREFIX, QueueKeys, RedisBroker, idem_key, lease_value, relay, scripts,
 };
 use crate::broker::{BrokerError, ClaimState, KeyClaim, Queue, Result, Settlement};
 use crate::message::{Delivery, NewMessage, new_id};
@@ -82,8 +81,8 @@ impl Queue for RedisBroker {
         let lease_ms = lease.as_millis() as u64;
         let held = self.take_keys(queue, claims, lease_ms).await?;
         let mut states = Vec::with_capacity(claims.len());
-        // Claims that found this message's own earlier lease (it was
-        // delivered again): taken over by a script, by index into `states`.
+        // Claims that found this delivery's own lease (it claimed before):
+        // renewed by a script, by index into `states`.
         let mut own = Vec::new();
         for (i, (c, held)) in claims.iter().zip(held).enumerate() {
             let state = match held {
@@ -92,7 +91,7 @@ impl Queue for RedisBroker {
                     ClaimState::AlreadyDone
                 }
                 Value::BulkString(v)
-                    if v.strip_prefix(LEASE_PREFIX.as_bytes()) == Some(c.message_id.as_bytes()) =>
+                    if v.strip_prefix(LEASE_PREFIX.as_bytes()) == Some(c.holder.as_bytes()) =>
                 {
                     own.push(i);
                     ClaimState::Busy
@@ -109,21 +108,10 @@ impl Queue for RedisBroker {
     }
 
     async fn settle(&self, settlements: &[Settlement]) -> Result<()> {
-        // Per queue, the settlements that only ack go without a script. The
-        // script goes first: when Redis refuses it (a permission, a script
-        // error), the plain acks are not written yet, so a caller that
-        // writes the batch again one settlement at a time counts none of
-        // them twice.
+        // One script per queue: its keys share the queue's hash slot.
         let by_queue = group_by_queue(settlements, |&s| s.delivery().queue.as_str());
         for (queue, list) in by_queue {
-            let (plain, scripted): (Vec<&Settlement>, Vec<&Settlement>) =
-                list.into_iter().partition(|s| is_plain(s));
-            if !scripted.is_empty() {
-                self.settle_scripted(queue, &scripted).await?;
-            }
-            if !plain.is_empty() {
-                self.settle_plain(queue, &plain).await?;
-            }
+            self.settle_queue(queue, &list).await?;
         }
         Ok(())
     }
@@ -162,7 +150,7 @@ impl RedisBroker {
         for c in claims {
             pipe.cmd("SET")
                 .arg(idem_key(queue, &c.key))
-                .arg(lease_value(&c.message_id))
+                .arg(lease_value(&c.holder))
                 .arg("NX")
                 .arg("GET")
                 .arg("PX")
@@ -172,8 +160,8 @@ impl RedisBroker {
         pipe.query_async(&mut conn).await.map_err(classify)
     }
 
-    /// Take over the keys at `own` (indexes into `claims`) that still hold
-    /// this message's own lease, in one script that checks and renews each
+    /// Renew the keys at `own` (indexes into `claims`) that still hold this
+    /// delivery's own lease, in one script that checks and renews each
     /// in one step, and put what came of each into `states`.
     async fn renew_own(
         &self,
@@ -188,7 +176,7 @@ impl RedisBroker {
         for &i in own {
             renew
                 .key(idem_key(queue, &claims[i].key))
-                .arg(&claims[i].message_id);
+                .arg(&claims[i].holder);
         }
         let mut conn = self.conn.clone();
         let renewed: Vec<u8> = renew.invoke_async(&mut conn).await.map_err(classify)?;
@@ -202,86 +190,10 @@ impl RedisBroker {
         Ok(())
     }
 
-    /// Settle acks that need no decision inside Redis: done with an
-    /// idempotency key and nothing to publish, and duplicates. One
-    /// `MULTI`/`EXEC` records the keys, acks and deletes the entries and
-    /// counts them. A key that turns out to be done already (another delivery
-    /// won a race after a lease ran out) was counted as done; a second step
-    /// moves those counts to `duplicates`.
-    async fn settle_plain(&self, queue: &str, plain: &[&Settlement]) -> Result<()> {
-        let keys = QueueKeys::new(queue);
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        let mut entries = Vec::with_capacity(plain.len());
-        let (mut done, mut duplicates) = (0u64, 0u64);
-        for s in plain {
-            let d = s.delivery();
-            entries.push(codec::parse_receipt(&d.receipt).0);
-            match s {
-                Settlement::Done {
-                    key: Some((k, retention)),
-                    ..
-                } => {
-                    pipe.cmd("SET")
-                        .arg(idem_key(queue, k))
-                        .arg(done_value(&d.id))
-                        .arg("PX")
-                        .arg(retention.as_millis() as u64)
-                        .arg("GET");
-                    done += 1;
-                }
-                _ => duplicates += 1,
-            }
-        }
-        pipe.cmd("XACK")
-            .arg(&keys.stream)
-            .arg(GROUP)
-            .arg(&entries)
-            .ignore();
-        pipe.cmd("XDEL").arg(&keys.stream).arg(&entries).ignore();
-        for (name, n) in [("done", done), ("duplicates", duplicates)] {
-            if n > 0 {
-                pipe.cmd("HINCRBY")
-                    .arg(&keys.counters)
-                    .arg(name)
-                    .arg(n)
-                    .ignore();
-            }
-        }
-        let mut conn = self.conn.clone();
-        let before: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
-        let late = before
-            .iter()
-            .filter(|v| matches!(v, Value::BulkString(b) if b.starts_with(DONE_PREFIX.as_bytes())))
-            .count() as i64;
-        if late > 0 {
-            self.recount_late(&keys, late).await?;
-        }
-        Ok(())
-    }
-
-    /// Move `late` plain acks counted as done to `duplicates`.
-    async fn recount_late(&self, keys: &QueueKeys, late: i64) -> Result<()> {
-        let mut conn = self.conn.clone();
-        redis::pipe()
-            .cmd("HINCRBY")
-            .arg(&keys.counters)
-            .arg("done")
-            .arg(-late)
-            .ignore()
-            .cmd("HINCRBY")
-            .arg(&keys.counters)
-            .arg("duplicates")
-            .arg(late)
-            .ignore()
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(classify)
-    }
-
-    /// Settle the rest of a queue's batch in one `SETTLE` script (its
-    /// argument format is documented in `scripts.rs`).
-    async fn settle_scripted(&self, queue: &str, settlements: &[&Settlement]) -> Result<()> {
+    /// Settle a queue's batch in one `SETTLE` script (its argument format
+    /// is documented in `scripts.rs`). Settlements it refuses for a lost
+    /// lease are logged.
+    async fn settle_queue(&self, queue: &str, settlements: &[&Settlement]) -> Result<()> {
         let keys = QueueKeys::new(queue);
         let mut script = scripts::SETTLE.prepare_invoke();
         script
@@ -307,10 +219,10 @@ impl RedisBroker {
             has_publishes |= settle_args(&mut script, s, kidx);
         }
         let mut conn = self.conn.clone();
-        script
-            .invoke_async::<()>(&mut conn)
-            .await
-            .map_err(classify)?;
+        let lost: Vec<String> = script.invoke_async(&mut conn).await.map_err(classify)?;
+        if !lost.is_empty() {
+            tracing::warn!(queue, ids = ?lost, "settlements refused: their deliveries had lost their leases (the messages were delivered again)");
+        }
         if has_publishes {
             self.relay_wake.notify_one();
         }
@@ -372,15 +284,6 @@ fn settle_args(script: &mut redis::ScriptInvocation<'_>, s: &Settlement, kidx: u
         publish_args(script, p);
     }
     !held.is_empty()
-}
-
-/// Whether a settlement only acks: see [`RedisBroker::settle_plain`].
-fn is_plain(s: &Settlement) -> bool {
-    match s {
-        Settlement::Done { key, publishes, .. } => key.is_some() && publishes.is_empty(),
-        Settlement::Duplicate { .. } => true,
-        _ => false,
-    }
 }
 
 /// The six arguments of one publish in the settle script's outbox format.

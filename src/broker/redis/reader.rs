@@ -121,6 +121,7 @@ impl RedisBroker {
             .key(&keys.stream)
             .key(&keys.delayed)
             .key(&keys.bodies)
+            .key(&keys.leases)
             .arg(GROUP)
             .arg(&self.consumer)
             .arg(lease.as_millis() as u64)

@@ -23,10 +23,8 @@
 //! `TIME` at the start of the script can be a millisecond behind the id
 //! that `XADD *` gives.)
 //!
-//! The hot path of a batch that only acks (done with an idempotency key and
-//! no publishes, or duplicates) runs without a script: see `settle_plain`
-//! in `queue.rs`. Scripts cost Redis a Lua call per command, which is more than
-//! the command itself.
+//! Every settle runs in `SETTLE`, because each op must be fenced by its
+//! delivery before it is applied, which plain commands cannot do.
 
 use std::sync::LazyLock;
 
@@ -97,16 +95,30 @@ return n
     ))
 });
 
-/// KEYS: stream, delayed, bodies. ARGV: group, consumer, lease ms, max,
-/// cursor. Moves due delayed messages into the stream, then claims entries
-/// whose lease (idle time) ran out. Returns {next cursor, {entry id, fields,
-/// delivery count}...}.
+/// KEYS: stream, delayed, bodies, leases. ARGV: group, consumer, lease ms,
+/// max, cursor. Moves due delayed messages into the stream, then claims
+/// entries whose lease (idle time) ran out. A lease is the longest that any
+/// live consumer of the queue leases for: each says its own in `leases`
+/// (as `lease expiry`, kept fresh by every call and dropped 30 s after its
+/// consumer's last one), so that a host with a short lease never takes a
+/// message from one that leased it for longer. Returns {next cursor,
+/// {entry id, fields, delivery count}...}.
 pub static MAINTAIN: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
         r#"
-local group, consumer, lease, max = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local group, consumer, lease, max = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = server_now()
+redis.call('HSET', KEYS[4], consumer, lease .. ' ' .. (now + 30000))
+local leases = redis.call('HGETALL', KEYS[4])
+for j = 1, #leases, 2 do
+  local l, until_ms = string.match(leases[j + 1], '^(%d+) (%d+)$')
+  if l and tonumber(until_ms) > now then
+    lease = math.max(lease, tonumber(l))
+  else
+    redis.call('HDEL', KEYS[4], leases[j])
+  end
+end
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
 for _, id in ipairs(due) do
   local packed = redis.call('HGET', KEYS[3], id)
@@ -131,12 +143,12 @@ return {claimed[1], out}
     ))
 });
 
-/// KEYS: idempotency keys whose `SET NX GET` found the claiming message's
-/// own lease (it was delivered again). ARGV: lease ms, then one message id
-/// per key. Checks and renews in one step, because in between the key may
-/// run out or the message's other delivery may mark it done: renews a key
-/// that still holds the message's lease, takes one that ran out, and leaves
-/// any other value alone. Returns per key 0 (acquired), 1 (already done) or
+/// KEYS: idempotency keys whose `SET NX GET` found the claiming delivery's
+/// own lease (it claimed again). ARGV: lease ms, then one holder (the
+/// delivery's receipt) per key. Checks and renews in one step, because in
+/// between the key may run out: renews a key that still holds the
+/// delivery's lease, takes one that ran out, and leaves any other value
+/// alone. Returns per key 0 (acquired), 1 (already done) or
 /// 2 (busy).
 pub static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -173,9 +185,14 @@ return out
 ///   X (dead):      reason, error, version, notice count (0 or 1), then 6
 ///                  per notice as for D; the notice is written to the outbox
 ///                  with the dead letter
-/// A retry, defer or dead whose lease was lost to another consumer is
-/// ignored; a done still records its key so that the other copy becomes a
-/// duplicate, and commits its publishes only if it was first.
+/// Every op is fenced by its delivery (entry and delivery count: the
+/// receipt, and the holder of its idempotency key): an op whose delivery
+/// lost its lease is applied in no part and counted as `lost`. A done with
+/// a key is fenced by the key: it holds this delivery's lease, or none (no
+/// other delivery took it); one whose key another message finished is a
+/// duplicate, one whose key another delivery of it finished is lost.
+/// Every other op is fenced by the pending entry: still this consumer's,
+/// at this delivery count. Returns the ids of the refused ops.
 pub static SETTLE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
@@ -185,7 +202,7 @@ local group, consumer = ARGV[1], ARGV[2]
 local now = server_now()
 -- Removals and counter updates are collected and applied once per batch.
 local removed, removed_list = {}, {}
-local counts = {done = 0, duplicates = 0, retried = 0}
+local counts = {done = 0, duplicates = 0, retried = 0, lost = 0}
 local function body(entry)
   if removed[entry] then return nil end
   local r = redis.call('XRANGE', S, entry, entry)
@@ -206,43 +223,64 @@ local function to_outbox(at, n)
                'p', ARGV[b + 3], 'h', ARGV[b + 4], 'd', ARGV[b + 5])
   end
 end
-local function release(key, id)
-  if key and redis.call('GET', key) == 'L:' .. id then redis.call('DEL', key) end
+local function release(key, holder)
+  if key and redis.call('GET', key) == 'L:' .. holder then redis.call('DEL', key) end
 end
 local function owned(entry, count)
   if removed[entry] then return false end
   local p = redis.call('XPENDING', S, group, entry, entry, 1)
   return p[1] ~= nil and p[1][2] == consumer and tonumber(p[1][4]) == tonumber(count)
 end
+local lost = {}
 local i = 3
 while i <= #ARGV do
   local kind, entry, count, kidx, id, attempt =
     ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4], tonumber(ARGV[i + 5])
+  local holder = entry .. ' ' .. count
   local key = nil
   if kidx > 0 then key = KEYS[7 + kidx] end
   i = i + 6
   if kind == 'D' then
     local retention, npub = ARGV[i], tonumber(ARGV[i + 1])
     i = i + 2
-    local first
+    local verdict
     if key then
-      -- One SET that also returns what was there before.
-      local before = redis.call('SET', key, 'D:' .. id, 'PX', retention, 'GET')
-      first = not (before and string.sub(before, 1, 2) == 'D:')
+      local v = redis.call('GET', key)
+      if v == false or v == 'L:' .. holder then
+        redis.call('SET', key, 'D:' .. id, 'PX', retention)
+        verdict = 'first'
+      elseif v == 'D:' .. id then
+        -- Another delivery of this message finished it.
+        verdict = 'lost'
+      elseif string.sub(v, 1, 2) == 'D:' then
+        verdict = 'duplicate'
+      else
+        verdict = 'lost'
+      end
+    elseif owned(entry, count) then
+      verdict = 'first'
     else
-      first = body(entry) ~= nil
+      verdict = 'lost'
     end
-    remove(entry)
-    if first then
-      to_outbox(i, npub)
-      counts.done = counts.done + 1
+    if verdict == 'lost' then
+      table.insert(lost, id)
     else
-      counts.duplicates = counts.duplicates + 1
+      remove(entry)
+      if verdict == 'first' then
+        to_outbox(i, npub)
+        counts.done = counts.done + 1
+      else
+        counts.duplicates = counts.duplicates + 1
+      end
     end
     i = i + npub * 6
   elseif kind == 'U' then
-    remove(entry)
-    counts.duplicates = counts.duplicates + 1
+    if owned(entry, count) then
+      remove(entry)
+      counts.duplicates = counts.duplicates + 1
+    else
+      table.insert(lost, id)
+    end
   elseif kind == 'R' or kind == 'F' then
     local delay = tonumber(ARGV[i])
     local f = owned(entry, count) and body(entry)
@@ -256,8 +294,10 @@ while i <= #ARGV do
       end
       remove(entry)
       enqueue(S, Z, H, id, f, now + delay, now)
+      release(key, holder)
+    else
+      table.insert(lost, id)
     end
-    release(key, id)
     if kind == 'R' then i = i + 2 else i = i + 1 end
   elseif kind == 'X' then
     local f = owned(entry, count) and body(entry)
@@ -270,8 +310,10 @@ while i <= #ARGV do
       end
       redis.call('HSET', DI, id, redis.call('XADD', D, '*', unpack(f)))
       to_outbox(i + 4, tonumber(ARGV[i + 3]))
+      release(key, holder)
+    else
+      table.insert(lost, id)
     end
-    release(key, id)
     i = i + 4 + tonumber(ARGV[i + 3]) * 6
   else
     return redis.error_reply('unknown settlement kind ' .. tostring(kind))
@@ -282,10 +324,11 @@ for from = 1, #removed_list, 1000 do
   redis.call('XACK', S, group, unpack(removed_list, from, to))
   redis.call('XDEL', S, unpack(removed_list, from, to))
 end
+counts.lost = #lost
 for name, n in pairs(counts) do
   if n > 0 then redis.call('HINCRBY', C, name, n) end
 end
-return 1
+return lost
 "#
     ))
 });

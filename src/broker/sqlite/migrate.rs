@@ -17,6 +17,8 @@ const ADDED: &[(&str, &str, &str)] = &[
     // Version 2: the scheduled redrives a message has been through.
     ("messages", "redrives", "INTEGER NOT NULL DEFAULT 0"),
     ("dead", "redrives", "INTEGER NOT NULL DEFAULT 0"),
+    // Version 3: settlements refused for a lost lease.
+    ("counters", "lost", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 /// Create every role's tables that are missing, then bring the file up to

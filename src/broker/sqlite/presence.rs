@@ -100,7 +100,7 @@ fn stats(conn: &Connection, only: Option<&str>) -> Result<Vec<QueueStats>> {
         )
         .map_err(classify)?;
     let mut counters = conn
-        .prepare_cached("SELECT done, duplicates, retried FROM counters WHERE queue = ?1")
+        .prepare_cached("SELECT done, duplicates, retried, lost FROM counters WHERE queue = ?1")
         .map_err(classify)?;
     let mut dead = conn
         .prepare_cached("SELECT COUNT(*) FROM dead WHERE queue = ?1")
@@ -115,12 +115,14 @@ fn stats(conn: &Connection, only: Option<&str>) -> Result<Vec<QueueStats>> {
         (s.delayed, s.in_flight) = later
             .query_row(params![queue, now], |r| Ok((n(r.get(0)?), n(r.get(1)?))))
             .map_err(classify)?;
-        if let Some((done, duplicates, retried)) = counters
-            .query_row([&queue], |r| Ok((n(r.get(0)?), n(r.get(1)?), n(r.get(2)?))))
+        if let Some(c) = counters
+            .query_row([&queue], |r| {
+                Ok([n(r.get(0)?), n(r.get(1)?), n(r.get(2)?), n(r.get(3)?)])
+            })
             .optional()
             .map_err(classify)?
         {
-            (s.done, s.duplicates, s.retried) = (done, duplicates, retried);
+            [s.done, s.duplicates, s.retried, s.lost_leases] = c;
         }
         s.dead = n(dead.query_row([&queue], |r| r.get(0)).map_err(classify)?);
         out.push(s);

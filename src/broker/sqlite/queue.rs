@@ -47,7 +47,8 @@ CREATE TABLE IF NOT EXISTS counters (
     queue      TEXT PRIMARY KEY,
     done       INTEGER NOT NULL DEFAULT 0,
     duplicates INTEGER NOT NULL DEFAULT 0,
-    retried    INTEGER NOT NULL DEFAULT 0
+    retried    INTEGER NOT NULL DEFAULT 0,
+    lost       INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 ";
 
@@ -223,11 +224,11 @@ fn claim(
             .map_err(classify)?;
         let state = match row {
             Some((true, _, expires)) if expires > now => ClaimState::AlreadyDone,
-            Some((false, holder, expires)) if expires > now && holder != c.message_id => {
+            Some((false, holder, expires)) if expires > now && holder != c.holder => {
                 ClaimState::Busy
             }
             _ => {
-                put.execute(params![queue, c.key, c.message_id, lease_until])
+                put.execute(params![queue, c.key, c.holder, lease_until])
                     .map_err(classify)?;
                 ClaimState::Acquired
             }
@@ -243,88 +244,118 @@ struct Counts {
     done: i64,
     duplicates: i64,
     retried: i64,
+    lost: i64,
 }
 
 fn settle(conn: &Connection, settlements: Vec<Settlement>) -> Result<()> {
     let now = now_ms() as i64;
     let mut counts: HashMap<String, Counts> = HashMap::new();
+    let mut lost = Vec::new();
     for s in settlements {
         let c = counts.entry(s.delivery().queue.clone()).or_default();
-        match s {
-            Settlement::Done {
-                delivery,
-                key,
-                publishes,
-            } => {
-                if settle_done(conn, &delivery, key, &publishes, now)? {
-                    c.done += 1;
-                } else {
-                    c.duplicates += 1;
-                }
-            }
-            Settlement::Duplicate { delivery } => {
-                delete_message(conn, &delivery.id)?;
-                c.duplicates += 1;
-            }
-            Settlement::Retry {
-                delivery,
-                delay,
-                error,
-                key,
-            } => {
-                if put_back(conn, &delivery, now + delay.as_millis() as i64, &error)? {
-                    c.retried += 1;
-                }
-                release_key(conn, &delivery, key.as_deref())?;
-            }
-            Settlement::Defer { delivery, delay } => {
-                defer(conn, &delivery, now + delay.as_millis() as i64)?;
-            }
-            Settlement::Dead {
-                delivery,
-                reason,
-                error,
-                handler_version,
-                key,
-                notice,
-            } => {
-                if let Some(redrives) = take_leased(conn, &delivery)? {
-                    let death = dead::Death {
-                        reason: &reason,
-                        error: error.as_deref(),
-                        handler_version: handler_version.as_deref(),
-                        redrives,
-                        at: now,
-                    };
-                    dead::bury(conn, &delivery, &death)?;
-                    insert_messages(conn, notice.as_slice(), now as u64)?;
-                }
-                release_key(conn, &delivery, key.as_deref())?;
+        let id = s.delivery().id.clone();
+        match settle_one(conn, s, now)? {
+            Some(Counted::Done) => c.done += 1,
+            Some(Counted::Duplicate) => c.duplicates += 1,
+            Some(Counted::Retried) => c.retried += 1,
+            Some(Counted::Nothing) => {}
+            None => {
+                c.lost += 1;
+                lost.push(id);
             }
         }
+    }
+    if !lost.is_empty() {
+        tracing::warn!(ids = ?lost, "settlements refused: their deliveries had lost their leases (the messages were delivered again)");
     }
     add_counts(conn, counts)
 }
 
-/// Remove a handled message, record its key and commit its publishes. False
-/// when it turned out to be a duplicate: its key was done already, or (with
-/// no key) its row was gone.
-fn settle_done(
-    conn: &Connection,
-    delivery: &Delivery,
-    key: Option<(String, Duration)>,
-    publishes: &[NewMessage],
-    now: i64,
-) -> Result<bool> {
-    let existed = delete_message(conn, &delivery.id)?;
-    let first = match &key {
-        Some((key, retention)) => record_done(conn, delivery, key, *retention, now)?,
-        None => existed,
+/// What a settlement that applied counts as.
+enum Counted {
+    Done,
+    Duplicate,
+    Retried,
+    Nothing,
+}
+
+/// Apply one settlement, fenced by its receipt: `None` when its delivery
+/// lost its lease, and nothing was applied.
+fn settle_one(conn: &Connection, s: Settlement, now: i64) -> Result<Option<Counted>> {
+    let counted = match s {
+        Settlement::Done {
+            delivery,
+            key,
+            publishes,
+        } => {
+            if take_leased(conn, &delivery)?.is_none() {
+                return Ok(None);
+            }
+            let first = match &key {
+                Some((key, retention)) => record_done(conn, &delivery, key, *retention, now)?,
+                None => true,
+            };
+            if first {
+                insert_messages(conn, &publishes, now as u64)?;
+                Counted::Done
+            } else {
+                Counted::Duplicate
+            }
+        }
+        Settlement::Duplicate { delivery } => {
+            if take_leased(conn, &delivery)?.is_none() {
+                return Ok(None);
+            }
+            Counted::Duplicate
+        }
+        Settlement::Retry {
+            delivery,
+            delay,
+            error,
+            key,
+        } => {
+            if !put_back(conn, &delivery, now + delay.as_millis() as i64, &error)? {
+                return Ok(None);
+            }
+            release_key(conn, &delivery, key.as_deref())?;
+            Counted::Retried
+        }
+        Settlement::Defer {
+            delivery,
+            delay,
+            key,
+        } => {
+            if !defer(conn, &delivery, now + delay.as_millis() as i64)? {
+                return Ok(None);
+            }
+            release_key(conn, &delivery, key.as_deref())?;
+            Counted::Nothing
+        }
+        Settlement::Dead {
+            delivery,
+            reason,
+            error,
+            handler_version,
+            key,
+            notice,
+        } => {
+            let Some(redrives) = take_leased(conn, &delivery)? else {
+                return Ok(None);
+            };
+            let death = dead::Death {
+                reason: &reason,
+                error: error.as_deref(),
+                handler_version: handler_version.as_deref(),
+                redrives,
+                at: now,
+            };
+            dead::bury(conn, &delivery, &death)?;
+            insert_messages(conn, notice.as_slice(), now as u64)?;
+            release_key(conn, &delivery, key.as_deref())?;
+            Counted::Nothing
+        }
     };
-    if first {
-        insert_messages(conn, publishes, now as u64)?;
-    }
-    Ok(first)
+    Ok(Some(counted))
 }
 
 /// Make a leased message due again at `at` with its error; false when the
@@ -340,38 +371,32 @@ fn put_back(conn: &Connection, d: &Delivery, at: i64, error: &str) -> Result<boo
     Ok(n == 1)
 }
 
-/// Make a leased message due again at `at`, giving back its attempt.
-fn defer(conn: &Connection, d: &Delivery, at: i64) -> Result<()> {
-    conn.prepare_cached(
-        "UPDATE messages SET leased = 0, visible_at = ?3, attempt = MAX(attempt - 1, 0)
-         WHERE id = ?1 AND receipt = ?2",
-    )
-    .and_then(|mut s| s.execute(params![d.id, d.receipt, at]))
-    .map_err(classify)?;
-    Ok(())
+/// Make a leased message due again at `at`, giving back its attempt;
+/// false when the lease was lost.
+fn defer(conn: &Connection, d: &Delivery, at: i64) -> Result<bool> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE messages SET leased = 0, visible_at = ?3, attempt = MAX(attempt - 1, 0)
+             WHERE id = ?1 AND receipt = ?2",
+        )
+        .and_then(|mut s| s.execute(params![d.id, d.receipt, at]))
+        .map_err(classify)?;
+    Ok(n == 1)
 }
 
 fn add_counts(conn: &Connection, counts: HashMap<String, Counts>) -> Result<()> {
     let mut bump = conn
         .prepare_cached(
-            "INSERT INTO counters (queue, done, duplicates, retried) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (queue) DO UPDATE SET done = done + ?2, duplicates = duplicates + ?3, retried = retried + ?4",
+            "INSERT INTO counters (queue, done, duplicates, retried, lost) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (queue) DO UPDATE SET done = done + ?2, duplicates = duplicates + ?3,
+             retried = retried + ?4, lost = lost + ?5",
         )
         .map_err(classify)?;
     for (queue, c) in counts {
-        bump.execute(params![queue, c.done, c.duplicates, c.retried])
+        bump.execute(params![queue, c.done, c.duplicates, c.retried, c.lost])
             .map_err(classify)?;
     }
     Ok(())
-}
-
-/// Delete a message row, whoever holds it: a done message is done.
-fn delete_message(conn: &Connection, id: &str) -> Result<bool> {
-    let n = conn
-        .prepare_cached("DELETE FROM messages WHERE id = ?1")
-        .and_then(|mut s| s.execute(params![id]))
-        .map_err(classify)?;
-    Ok(n == 1)
 }
 
 /// Delete the row of a delivery that still holds its lease, and return the
@@ -387,8 +412,7 @@ fn take_leased(conn: &Connection, d: &Delivery) -> Result<Option<u32>> {
 }
 
 /// Mark `key` done for this delivery. False when it was already done (by
-/// another message with the key, or by an earlier delivery of this one whose
-/// lease ran out), which makes this delivery a duplicate.
+/// another message with the key), which makes this delivery a duplicate.
 fn record_done(
     conn: &Connection,
     d: &Delivery,
@@ -414,7 +438,7 @@ fn release_key(conn: &Connection, d: &Delivery, key: Option<&str>) -> Result<()>
         conn.prepare_cached(
             "DELETE FROM keys WHERE queue = ?1 AND key = ?2 AND done = 0 AND holder = ?3",
         )
-        .and_then(|mut s| s.execute(params![d.queue, key, d.id]))
+        .and_then(|mut s| s.execute(params![d.queue, key, d.receipt]))
         .map_err(classify)?;
     }
     Ok(())

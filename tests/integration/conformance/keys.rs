@@ -11,8 +11,8 @@ use super::{LEASE, SHORT, msg, receive_n, receive_one, stats_until};
 
 /// Two deliveries of one message both end `done` without publishes (the
 /// first lost its lease while it ran): the message is done once, and the
-/// late one counts as a duplicate.
-pub async fn a_late_plain_done_counts_as_a_duplicate(b: Arc<dyn Broker>) {
+/// late one is refused as a lost lease, not counted as a duplicate.
+pub async fn a_late_plain_done_is_refused(b: Arc<dyn Broker>) {
     b.publish(vec![msg("q", "x")]).await.unwrap();
     let first = receive_one(&*b, "q", SHORT).await;
     tokio::time::sleep(Duration::from_millis(250)).await;
@@ -28,10 +28,10 @@ pub async fn a_late_plain_done_counts_as_a_duplicate(b: Arc<dyn Broker>) {
         .unwrap();
     }
     let s = stats_until(&*b, "q", |s| s.pending() == 0).await;
-    assert_eq!((s.done, s.duplicates), (1, 1), "{s:?}");
+    assert_eq!((s.done, s.duplicates, s.lost_leases), (1, 0, 1), "{s:?}");
     let again = KeyClaim {
         key: "k".into(),
-        message_id: "other".into(),
+        holder: "other".into(),
     };
     assert_eq!(
         b.claim("q", &[again], LEASE).await.unwrap(),
@@ -39,34 +39,36 @@ pub async fn a_late_plain_done_counts_as_a_duplicate(b: Arc<dyn Broker>) {
     );
 }
 
-/// A message delivered again after its lease ran out takes its own key
-/// over, for the new lease: the key stays its own until the new lease ends.
-pub async fn a_redelivered_message_takes_its_key_over(b: Arc<dyn Broker>) {
-    let claim = |id: &str| KeyClaim {
+/// A key is held by one delivery at a time: the holder may claim it again
+/// (which renews its lease), another delivery of the same message finds
+/// it busy until that lease ends.
+pub async fn a_key_is_held_by_one_delivery_at_a_time(b: Arc<dyn Broker>) {
+    let claim = |holder: &str| KeyClaim {
         key: "k".into(),
-        message_id: id.into(),
+        holder: holder.into(),
     };
     let short = Duration::from_millis(300);
     assert_eq!(
-        b.claim("q", &[claim("m1")], short).await.unwrap(),
+        b.claim("q", &[claim("r1")], short).await.unwrap(),
         [ClaimState::Acquired]
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
-    // m1 again, before its first lease on the key ended: a fresh lease.
+    // r1 again, before its first lease on the key ended: a fresh lease.
     assert_eq!(
-        b.claim("q", &[claim("m1")], short).await.unwrap(),
+        b.claim("q", &[claim("r1")], short).await.unwrap(),
         [ClaimState::Acquired]
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
-    // 400 ms after the first claim, 200 ms into the second lease.
+    // 400 ms after the first claim, 200 ms into the second lease: another
+    // delivery of the message waits.
     assert_eq!(
-        b.claim("q", &[claim("m2")], short).await.unwrap(),
+        b.claim("q", &[claim("r2")], short).await.unwrap(),
         [ClaimState::Busy],
         "the second claim renewed the lease"
     );
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert_eq!(
-        b.claim("q", &[claim("m2")], short).await.unwrap(),
+        b.claim("q", &[claim("r2")], short).await.unwrap(),
         [ClaimState::Acquired],
         "and it ran out in its turn"
     );
@@ -107,7 +109,7 @@ pub async fn the_client_publishes_with_options(b: Arc<dyn Broker>) {
 }
 
 on_every_backend!(broker:
-    a_late_plain_done_counts_as_a_duplicate,
-    a_redelivered_message_takes_its_key_over,
+    a_late_plain_done_is_refused,
+    a_key_is_held_by_one_delivery_at_a_time,
     the_client_publishes_with_options,
 );
