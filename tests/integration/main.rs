@@ -49,6 +49,7 @@ macro_rules! on_every_backend {
 mod bad_input;
 mod conformance;
 mod crash;
+mod faults;
 mod hostile;
 mod http;
 mod kv;

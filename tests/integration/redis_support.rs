@@ -241,21 +241,37 @@ impl RedisCluster {
     /// not yet heard the slot map answers CLUSTERDOWN, which would make the
     /// first seconds of a test flaky.
     pub fn start() -> Self {
+        Self::start_with(&["--save", "", "--appendonly", "no"])
+    }
+
+    /// Like [`RedisCluster::start`], with every write on disk before it is
+    /// acknowledged (`--appendonly yes --appendfsync always`), so a node
+    /// killed and restarted keeps its data.
+    pub fn start_persistent() -> Self {
+        Self::start_with(&[
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+        ])
+    }
+
+    fn start_with(persistence: &[&str]) -> Self {
         let started = Instant::now();
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
-                RedisServer::start_with(&[
+                let mut args = vec![
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
                     "nodes.conf",
                     "--cluster-node-timeout",
                     "5000",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ])
+                ];
+                args.extend_from_slice(persistence);
+                RedisServer::start_with(&args)
             })
             .collect();
 

@@ -1,0 +1,129 @@
+//! The fault suite: hosts killed over and over in a drain, and Cluster
+//! nodes restarted under a running host. Whatever happens, every message
+//! ends done exactly once (counted by the one follow-up each completion
+//! commits with its ack), and none is lost. (A single Redis restarted under
+//! a host: `redis::redis_restart_mid_drain_the_host_survives`; a hostile
+//! guest and a storm of bad files: `hostile` and `bad_input`.)
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use sluice::message::NewMessage;
+
+use crate::redis_support::RedisCluster;
+use crate::support::{Backend, Env, wait_until};
+
+const MESSAGES: usize = 3000;
+
+/// Orders that take about a millisecond each, so a drain can be interrupted.
+const ORDERS: &str = "lease = \"2s\"\nconcurrency = 8\nprefetch = 16\n[limits]\ntimeout = \"1s\"\n[config]\nfollowup_queue = \"shipping\"\nwork_ms = 1\n";
+
+fn preload(env: &Env) {
+    preload_with(env, ORDERS);
+}
+
+fn preload_with(env: &Env, sidecar: &str) {
+    env.deploy("orders", "orders", Some(sidecar));
+    env.publish(
+        (0..MESSAGES)
+            .map(|i| NewMessage::new("orders", format!(r#"{{"id": {i}, "qty": 1}}"#)))
+            .collect(),
+    );
+}
+
+/// Every order ended done, once, and nothing is left.
+fn assert_each_completed_once(env: &Env) {
+    let stats = env.stats();
+    let orders = &stats["orders"];
+    assert_eq!(orders["done"], MESSAGES as u64, "{orders}");
+    assert_eq!(orders["dead"], 0, "{orders}");
+    assert_eq!(
+        orders["ready"].as_u64().unwrap() + orders["in_flight"].as_u64().unwrap(),
+        0,
+        "{orders}"
+    );
+    let mut completions: BTreeMap<u64, usize> = BTreeMap::new();
+    for d in env.drain("shipping") {
+        let body: serde_json::Value = serde_json::from_slice(&d.payload).unwrap();
+        *completions
+            .entry(body["order"].as_u64().unwrap())
+            .or_default() += 1;
+    }
+    assert_eq!(completions.len(), MESSAGES, "every order has a follow-up");
+    let twice: Vec<_> = completions.iter().filter(|&(_, &n)| n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "orders completed more than once: {twice:?}"
+    );
+}
+
+/// Twenty SIGKILLs of the host in the middle of a drain: each time a new
+/// host takes over what the killed one leased, once its leases run out.
+fn twenty_sigkills_lose_nothing_and_complete_each_once(env: Env) {
+    preload(&env);
+    let (rt, broker) = env.broker();
+    let done = || rt.block_on(broker.queue_stats("orders")).unwrap().done;
+    let mut kills = 0;
+    let started = Instant::now();
+    while kills < 20 {
+        assert!(
+            started.elapsed() < Duration::from_secs(240),
+            "{kills} kills in 240 s"
+        );
+        let before = done();
+        if before >= MESSAGES as u64 - 100 {
+            break;
+        }
+        let log = env.dir.path().join(format!("host{kills}.log"));
+        let mut host = env.spawn_run(&log);
+        // Kill it as soon as it has done some work, or after a second.
+        let since = Instant::now();
+        while done() < before + 40 && since.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        unsafe { libc::kill(host.id() as i32, libc::SIGKILL) };
+        host.wait().unwrap();
+        kills += 1;
+    }
+    assert_eq!(
+        kills, 20,
+        "the drain ended after {kills} kills: give it more work"
+    );
+    env.run_until_idle();
+    assert_each_completed_once(&env);
+}
+
+on_every_backend!(env: twenty_sigkills_lose_nothing_and_complete_each_once);
+
+/// Each node of a three-master Cluster (with its writes on disk) is killed
+/// and started again in turn while a host drains: the host rides it out
+/// and every message is done once.
+#[test]
+fn cluster_nodes_restarted_mid_drain_lose_nothing() {
+    let mut env = Env::on(Backend::Cluster(RedisCluster::start_persistent()));
+    // Slower orders (5 ms each, 8 at a time): the drain outlasts the restarts.
+    preload_with(&env, &ORDERS.replace("work_ms = 1", "work_ms = 5"));
+    let log = env.dir.path().join("host.log");
+    let mut host = env.spawn_run(&log);
+    wait_until(Duration::from_secs(60), "some orders done", || {
+        env.count("orders", "done") > 200
+    });
+    let Backend::Cluster(cluster) = &mut env.backend else {
+        unreachable!()
+    };
+    for node in &mut cluster.nodes {
+        node.restart();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let done_after_restarts = env.count("orders", "done");
+    wait_until(Duration::from_secs(120), "every order done", || {
+        env.count("orders", "done") == MESSAGES as u64
+    });
+    unsafe { libc::kill(host.id() as i32, libc::SIGTERM) };
+    host.wait().unwrap();
+    assert!(
+        done_after_restarts < MESSAGES as u64,
+        "the drain was over before the last restart: the test proved nothing"
+    );
+    assert_each_completed_once(&env);
+}
