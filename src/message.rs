@@ -206,4 +206,26 @@ mod tests {
                 .is_ok()
         );
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+
+        /// Bounded fuzzing: any text is a valid queue name or a clear
+        /// error, and what is accepted is plain.
+        #[test]
+        fn any_text_is_a_plain_queue_name_or_refused(name in "\\PC{0,140}") {
+            match validate_queue_name(&name) {
+                Ok(()) => proptest::prop_assert!(
+                    (1..=128).contains(&name.len())
+                        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                ),
+                Err(e) => proptest::prop_assert!(e.starts_with("bad queue name"), "{}", e),
+            }
+            let _ = crate::topic::validate_topic_name(&name);
+            let _ = crate::topic::validate_route(&name);
+            if crate::topic::validate_pattern(&name).is_ok() && crate::topic::validate_route(&name).is_ok() {
+                proptest::prop_assert!(crate::topic::matches(&name, &name));
+            }
+        }
+    }
 }

@@ -78,4 +78,26 @@ mod tests {
         assert_eq!(decode_status(b"{}"), None);
         assert!(decode_statuses(b"[").is_empty());
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+
+        /// Bounded fuzzing of what every backend reads back from storage:
+        /// stored headers and statuses in any state decode or are dropped,
+        /// never a panic; headers as written come back as they were.
+        #[test]
+        fn stored_text_decodes_or_is_dropped(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let _ = decode_headers(&bytes);
+            let _ = decode_status(&bytes);
+            let _ = decode_statuses(&bytes);
+        }
+
+        #[test]
+        fn headers_round_trip_whatever_they_hold(
+            headers in proptest::collection::vec(("\\PC{0,12}", "\\PC{0,12}"), 0..8)
+        ) {
+            let stored = encode_headers(&headers).unwrap_or_default();
+            proptest::prop_assert_eq!(decode_headers(stored.as_bytes()), headers);
+        }
+    }
 }

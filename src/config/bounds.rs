@@ -240,3 +240,76 @@ mod tests {
         }
     }
 }
+
+/// Bounded fuzzing of the sidecar and `sluice.toml` parsers: any text is a
+/// spec or one clear error naming the file, never a panic; numbers and
+/// durations anywhere in range or out of it likewise.
+#[cfg(test)]
+mod fuzz {
+    use std::path::Path;
+
+    use proptest::prelude::*;
+
+    use crate::config::{HandlerSpec, HostConfig, parse_toml};
+
+    const FIELDS: &[&str] = &[
+        "concurrency",
+        "prefetch",
+        "lease",
+        "max_messages_per_instance",
+        "[limits]\ntimeout",
+        "[limits]\nmemory",
+        "[limits]\ncall_budget",
+        "[limits]\nlog_rate",
+        "[retry]\nmax_attempts",
+        "[retry]\ninitial",
+        "[retry]\nmax",
+        "[retry]\nfactor",
+        "[retry]\nmax_guest_delay",
+        "[retry]\ndelays",
+        "[idempotency]\nretention",
+    ];
+
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<f64>().prop_map(|f| format!("{f:?}")),
+            (
+                any::<u32>(),
+                prop::sample::select(vec![
+                    "ns", "ms", "s", "m", "h", "days", "B", "KiB", "GiB", ""
+                ])
+            )
+                .prop_map(|(n, u)| format!("\"{n}{u}\"")),
+            Just("[]".to_string()),
+            "\"[ -~]{0,12}\"",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+
+        #[test]
+        fn any_text_is_a_sidecar_or_one_clear_error(text in "[ -~\n]{0,200}") {
+            if let Err(e) = HandlerSpec::parse("h", Path::new("h.toml"), &text) {
+                let e = format!("{e:#}");
+                prop_assert!(e.starts_with("h.toml"), "{}", e);
+            }
+            if let Ok(c) = parse_toml::<HostConfig>(Path::new("sluice.toml"), &text) {
+                let _ = c.validate();
+            }
+        }
+
+        #[test]
+        fn any_number_in_any_field_is_taken_or_refused_by_name(
+            field in prop::sample::select(FIELDS),
+            value in value(),
+        ) {
+            let text = format!("{field} = {value}\n");
+            if let Err(e) = HandlerSpec::parse("h", Path::new("h.toml"), &text) {
+                let e = format!("{e:#}");
+                prop_assert!(e.starts_with("h.toml") && !e.contains('\n'), "{}", e);
+            }
+        }
+    }
+}

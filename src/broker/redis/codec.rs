@@ -378,3 +378,70 @@ mod tests {
         assert!(Entry::parse(v).is_none());
     }
 }
+
+/// Bounded fuzzing: whatever Redis (or someone writing into its keys)
+/// answers, parsing never panics, and what the broker writes reads back.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Nil),
+            Just(Value::Okay),
+            any::<i64>().prop_map(Value::Int),
+            prop::collection::vec(any::<u8>(), 0..24).prop_map(Value::BulkString),
+            prop::sample::select(vec![
+                "i", "p", "k", "h", "t", "a", "e", "c", "r", "v", "n", "q", "d", "1-0", "x"
+            ])
+            .prop_map(|s| Value::BulkString(s.as_bytes().to_vec())),
+            "[a-z0-9-]{0,8}".prop_map(Value::SimpleString),
+        ];
+        leaf.prop_recursive(4, 64, 12, |inner| {
+            prop::collection::vec(inner, 0..12).prop_map(Value::Array)
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+
+        #[test]
+        fn any_reply_parses_without_panicking(v in value()) {
+            let _ = Entry::parse(v.clone()).map(|e| e.into_delivery("q", 2, 0));
+            let _ = Entry::parse(v.clone()).map(|e| e.into_dead_letter("q"));
+            let _ = Held::parse(v.clone());
+            let _ = read_reply(Value::Array(vec![Value::Array(vec![Value::Nil, v])]), "q", 10);
+        }
+
+        #[test]
+        fn an_entry_reads_back_as_written(
+            id in "[0-9a-f]{1,32}",
+            key in proptest::option::of("[^\u{0}]{1,40}"),
+            payload in prop::collection::vec(any::<u8>(), 0..200),
+            headers in prop::collection::vec(("[^\u{0}]{0,10}", "[^\u{0}]{0,10}"), 0..5),
+            attempts in 0u64..1000,
+        ) {
+            let h = encode_headers(&headers);
+            let mut fields: Vec<(&str, Vec<u8>)> = vec![("i", id.clone().into_bytes()), ("p", payload.clone())];
+            if let Some(k) = &key {
+                fields.push(("k", k.clone().into_bytes()));
+            }
+            fields.push(("h", h.into_bytes()));
+            fields.push(("a", attempts.to_string().into_bytes()));
+            let mut flat = Vec::new();
+            for (name, v) in fields {
+                flat.push(Value::BulkString(name.as_bytes().to_vec()));
+                flat.push(Value::BulkString(v));
+            }
+            let v = Value::Array(vec![Value::BulkString(b"7-0".to_vec()), Value::Array(flat)]);
+            let d = Entry::parse(v).unwrap().into_delivery("q", 1, 0);
+            prop_assert_eq!(&d.id, &id);
+            prop_assert_eq!(d.key, key.unwrap_or(id));
+            prop_assert_eq!(d.payload, payload);
+            prop_assert_eq!(d.headers, headers);
+            prop_assert_eq!(u64::from(d.attempt), attempts + 1);
+        }
+    }
+}

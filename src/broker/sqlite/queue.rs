@@ -448,3 +448,58 @@ fn release_key(conn: &Connection, d: &Delivery, key: Option<&str>) -> Result<()>
 pub(super) fn sweep_keys(conn: &Connection, now: u64) -> rusqlite::Result<usize> {
     conn.execute("DELETE FROM keys WHERE expires_at <= ?1", [now as i64])
 }
+
+/// Bounded fuzzing of row decoding: whatever a row of `messages` holds
+/// (headers that are not JSON, any payload bytes, odd keys), receiving it
+/// never panics, and what was published reads back as it was.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn any_row_is_received_without_panicking(
+            headers in proptest::option::of("\\PC{0,40}"),
+            payload in prop::collection::vec(any::<u8>(), 0..100),
+            key in "\\PC{0,20}",
+            attempt in 0u32..10_000,
+            error in proptest::option::of("\\PC{0,20}"),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let conn = super::super::open_connection(&dir.path().join("f.db")).unwrap();
+            conn.execute(
+                "INSERT INTO messages (id, queue, key, payload, headers, attempt, enqueued_at, visible_at, last_error)
+                 VALUES ('m', 'q', ?1, ?2, ?3, ?4, 0, 0, ?5)",
+                params![key, payload, headers, attempt, error],
+            )
+            .unwrap();
+            let got = receive(&conn, "q", 10, Duration::from_secs(1)).unwrap();
+            prop_assert_eq!(got.len(), 1);
+            prop_assert_eq!(&got[0].payload, &payload);
+            prop_assert_eq!(got[0].attempt, attempt + 1);
+        }
+
+        #[test]
+        fn a_published_message_reads_back_as_it_was(
+            payload in prop::collection::vec(any::<u8>(), 0..100),
+            headers in prop::collection::vec(("\\PC{0,10}", "\\PC{0,10}"), 0..4),
+            key in proptest::option::of("\\PC{1,20}"),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let conn = super::super::open_connection(&dir.path().join("f.db")).unwrap();
+            let mut m = NewMessage::new("q", payload.clone());
+            m.headers = headers.clone();
+            m.key = key.clone();
+            let ids = insert_messages(&conn, &[m], 0).unwrap();
+            let got = receive(&conn, "q", 10, Duration::from_secs(1)).unwrap();
+            prop_assert_eq!(&got[0].id, &ids[0]);
+            prop_assert_eq!(&got[0].payload, &payload);
+            prop_assert_eq!(&got[0].headers, &headers);
+            prop_assert_eq!(&got[0].key, key.as_ref().unwrap_or(&ids[0]));
+        }
+    }
+}
