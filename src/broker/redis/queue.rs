@@ -18,7 +18,7 @@ use super::{
     DONE_PREFIX, GROUP, LEASE_PREFIX, QueueKeys, RedisBroker, idem_key, lease_value, relay, scripts,
 };
 use crate::broker::{BrokerError, ClaimState, KeyClaim, Queue, Result, Settlement};
-use crate::message::{Delivery, NewMessage, new_id};
+use crate::message::{Delivery, NewMessage, new_id, now_ms};
 
 /// Most messages one publish script carries.
 const PUBLISH_CHUNK: usize = 500;
@@ -108,10 +108,22 @@ impl Queue for RedisBroker {
     }
 
     async fn settle(&self, settlements: &[Settlement]) -> Result<()> {
-        // One script per queue: its keys share the queue's hash slot.
+        // Per queue, the acks that are fenced by their key's live lease go
+        // without a script (see `is_plain`). The script goes first: when
+        // Redis refuses it (a permission, a script error), the plain acks
+        // are not written yet, so a caller that writes the batch again one
+        // settlement at a time counts none of them twice.
+        let now = now_ms();
         let by_queue = group_by_queue(settlements, |&s| s.delivery().queue.as_str());
         for (queue, list) in by_queue {
-            self.settle_queue(queue, &list).await?;
+            let (plain, scripted): (Vec<&Settlement>, Vec<&Settlement>) =
+                list.into_iter().partition(|s| is_plain(s, now));
+            if !scripted.is_empty() {
+                self.settle_queue(queue, &scripted).await?;
+            }
+            if !plain.is_empty() {
+                self.settle_plain(queue, &plain).await?;
+            }
         }
         Ok(())
     }
@@ -188,6 +200,82 @@ impl RedisBroker {
             };
         }
         Ok(())
+    }
+
+    /// Settle acks that need no check inside Redis (see [`is_plain`]): one
+    /// `MULTI`/`EXEC` records the keys, acks and deletes the entries and
+    /// counts them. A key that turns out to be done already (another
+    /// message with the key completed) was counted as done; a second step
+    /// moves those counts to `duplicates`.
+    async fn settle_plain(&self, queue: &str, plain: &[&Settlement]) -> Result<()> {
+        let keys = QueueKeys::new(queue);
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        let mut entries = Vec::with_capacity(plain.len());
+        let (mut done, mut duplicates) = (0u64, 0u64);
+        for s in plain {
+            let d = s.delivery();
+            entries.push(codec::parse_receipt(&d.receipt).0);
+            match s {
+                Settlement::Done {
+                    key: Some((k, retention)),
+                    ..
+                } => {
+                    pipe.cmd("SET")
+                        .arg(idem_key(queue, k))
+                        .arg(format!("{DONE_PREFIX}{}", d.id))
+                        .arg("PX")
+                        .arg(retention.as_millis() as u64)
+                        .arg("GET");
+                    done += 1;
+                }
+                _ => duplicates += 1,
+            }
+        }
+        pipe.cmd("XACK")
+            .arg(&keys.stream)
+            .arg(GROUP)
+            .arg(&entries)
+            .ignore();
+        pipe.cmd("XDEL").arg(&keys.stream).arg(&entries).ignore();
+        for (name, n) in [("done", done), ("duplicates", duplicates)] {
+            if n > 0 {
+                pipe.cmd("HINCRBY")
+                    .arg(&keys.counters)
+                    .arg(name)
+                    .arg(n)
+                    .ignore();
+            }
+        }
+        let mut conn = self.conn.clone();
+        let before: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
+        let late = before
+            .iter()
+            .filter(|v| matches!(v, Value::BulkString(b) if b.starts_with(DONE_PREFIX.as_bytes())))
+            .count() as i64;
+        if late > 0 {
+            self.recount_late(&keys, late).await?;
+        }
+        Ok(())
+    }
+
+    /// Move `late` plain acks counted as done to `duplicates`.
+    async fn recount_late(&self, keys: &QueueKeys, late: i64) -> Result<()> {
+        let mut conn = self.conn.clone();
+        redis::pipe()
+            .cmd("HINCRBY")
+            .arg(&keys.counters)
+            .arg("done")
+            .arg(-late)
+            .ignore()
+            .cmd("HINCRBY")
+            .arg(&keys.counters)
+            .arg("duplicates")
+            .arg(late)
+            .ignore()
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(classify)
     }
 
     /// Settle a queue's batch in one `SETTLE` script (its argument format
@@ -286,6 +374,27 @@ fn settle_args(script: &mut redis::ScriptInvocation<'_>, s: &Settlement, kidx: u
     !held.is_empty()
 }
 
+/// How long before a delivery's lease ends its plain ack must be sent.
+const PLAIN_MARGIN_MS: u64 = 500;
+
+/// Whether a settlement may go without the script's checks: a done with an
+/// idempotency key and nothing to publish, or a duplicate, settled well
+/// within its delivery's lease. Its key was claimed after the delivery was
+/// leased, for as long, so until the lease ends the key is still this
+/// delivery's: no other delivery can have taken it, nor finished the
+/// message, and the stream entry cannot have been reclaimed (hosts reclaim
+/// by the longest lease of the queue). Within the lease the key itself is
+/// the fence; a later settlement goes through `SETTLE`, which checks.
+fn is_plain(s: &Settlement, now_ms: u64) -> bool {
+    let in_lease = now_ms + PLAIN_MARGIN_MS < s.delivery().lease_until_ms;
+    in_lease
+        && match s {
+            Settlement::Done { key, publishes, .. } => key.is_some() && publishes.is_empty(),
+            Settlement::Duplicate { .. } => true,
+            _ => false,
+        }
+}
+
 /// The six arguments of one publish in the settle script's outbox format.
 fn publish_args(script: &mut redis::ScriptInvocation<'_>, p: &NewMessage) {
     script
@@ -313,4 +422,57 @@ pub(super) fn group_by_queue<'a, T>(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn delivery(lease_until_ms: u64) -> Delivery {
+        Delivery {
+            id: "m".into(),
+            queue: "q".into(),
+            key: "m".into(),
+            payload: Vec::new(),
+            headers: Vec::new(),
+            attempt: 1,
+            enqueued_at_ms: 0,
+            last_error: None,
+            receipt: "1-0 1".into(),
+            lease_until_ms,
+        }
+    }
+
+    #[test]
+    fn only_acks_well_within_their_lease_go_without_the_script() {
+        let done = |until, publishes: Vec<NewMessage>| Settlement::Done {
+            delivery: delivery(until),
+            key: Some(("k".into(), Duration::from_secs(60))),
+            publishes,
+        };
+        assert!(is_plain(&done(10_000, vec![]), 1_000));
+        assert!(
+            !is_plain(&done(1_400, vec![]), 1_000),
+            "too close to the lease's end"
+        );
+        assert!(!is_plain(
+            &done(10_000, vec![NewMessage::new("a", "x")]),
+            1_000
+        ));
+        let keyless = Settlement::Done {
+            delivery: delivery(10_000),
+            key: None,
+            publishes: vec![],
+        };
+        assert!(
+            !is_plain(&keyless, 1_000),
+            "nothing but the entry fences it"
+        );
+        let dup = Settlement::Duplicate {
+            delivery: delivery(10_000),
+        };
+        assert!(is_plain(&dup, 1_000));
+    }
 }
