@@ -169,7 +169,7 @@ impl Handler {
     /// A new instance, made by `deadline`.
     async fn instantiate(&self, deadline: Instant) -> Result<Warm, Failure> {
         let mut store = self.new_store(deadline);
-        let made = tokio::time::timeout_at(
+        let made = by_deadline(
             tokio::time::Instant::from_std(deadline),
             self.pre.instantiate_async(&mut store),
         )
@@ -201,20 +201,7 @@ impl Handler {
     ) -> Result<wit::Outcome, Failure> {
         let timeout = self.spec.timeout;
         let deadline = tokio::time::Instant::from_std(store.data().deadline());
-        let result = {
-            let call = instance.call_handle(&mut *store, message);
-            let mut call = std::pin::pin!(call);
-            // Most calls finish in their first poll, running the guest to its
-            // end on the fiber: they need no timer, and arming one costs more
-            // than a warm call. A call that waits (on a host future, or
-            // yielding at an epoch tick) gets the timer that ends it at its
-            // deadline.
-            let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
-            match first {
-                Poll::Ready(result) => Ok(result),
-                Poll::Pending => tokio::time::timeout_at(deadline, call).await,
-            }
-        };
+        let result = by_deadline(deadline, instance.call_handle(&mut *store, message)).await;
         match result {
             Ok(Ok(outcome)) => Ok(outcome),
             Ok(Err(e)) => Err(classify(e, store, false)),
@@ -251,6 +238,23 @@ impl Handler {
         store.data_mut().set_deadline(deadline);
         store.set_epoch_deadline(1);
         store
+    }
+}
+
+/// `work`, ended at `deadline`. Most work (a warm call, a fresh instance)
+/// finishes in its first poll, running the guest to its end on the fiber:
+/// it needs no timer, and arming one costs more than a warm call. Work that
+/// waits (on a host future, or yielding at an epoch tick) gets the timer
+/// that ends it at its deadline.
+async fn by_deadline<F: Future>(
+    deadline: tokio::time::Instant,
+    work: F,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
+    let mut work = std::pin::pin!(work);
+    let first = std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await;
+    match first {
+        Poll::Ready(done) => Ok(done),
+        Poll::Pending => tokio::time::timeout_at(deadline, work).await,
     }
 }
 
