@@ -119,6 +119,24 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// A first delivery of message `id` on `queue` with an empty payload,
+    /// leased for ever: for unit tests of what handles deliveries.
+    #[cfg(test)]
+    pub(crate) fn for_test(id: &str, queue: &str) -> Delivery {
+        Delivery {
+            id: id.into(),
+            queue: queue.into(),
+            key: id.into(),
+            payload: Vec::new(),
+            headers: Vec::new(),
+            attempt: 1,
+            enqueued_at_ms: 0,
+            last_error: None,
+            receipt: "r".into(),
+            lease_until_ms: u64::MAX,
+        }
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()

@@ -57,11 +57,7 @@ pub const COMPONENT_SIZE: (u64, u64) = (1 << 10, 4 << 30);
 
 /// `value` of `field` if it is within `(min, max)`, both included.
 pub fn check<T: PartialOrd + Display + Copy>(field: &str, value: T, range: (T, T)) -> Result<T> {
-    let (min, max) = range;
-    if value < min || value > max {
-        bail!("field `{field}` must be from {min} to {max}, not {value}");
-    }
-    Ok(value)
+    check_as(field, value, range, |v| v.to_string())
 }
 
 /// [`check`] for a duration, written the way the file writes durations.
@@ -70,29 +66,29 @@ pub fn check_duration(
     value: Duration,
     range: (Duration, Duration),
 ) -> Result<Duration> {
-    let (min, max) = range;
-    if value < min || value > max {
-        let f = humantime::format_duration;
-        bail!(
-            "field `{field}` must be from {} to {}, not {}",
-            f(min),
-            f(max),
-            f(value)
-        );
-    }
-    Ok(value)
+    check_as(field, value, range, |d| {
+        humantime::format_duration(d).to_string()
+    })
 }
 
 /// [`check`] for a size, written the way the file writes sizes.
 pub fn check_size(field: &str, value: u64, range: (u64, u64)) -> Result<u64> {
-    let (min, max) = range;
+    check_as(field, value, range, crate::units::format_size)
+}
+
+/// [`check`], with the numbers in the error written by `show`.
+fn check_as<T: PartialOrd + Copy>(
+    field: &str,
+    value: T,
+    (min, max): (T, T),
+    show: impl Fn(T) -> String,
+) -> Result<T> {
     if value < min || value > max {
-        let f = crate::units::format_size;
         bail!(
             "field `{field}` must be from {} to {}, not {}",
-            f(min),
-            f(max),
-            f(value)
+            show(min),
+            show(max),
+            show(value)
         );
     }
     Ok(value)

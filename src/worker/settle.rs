@@ -161,18 +161,7 @@ mod tests {
 
     fn duplicate(id: &str) -> Settlement {
         Settlement::Duplicate {
-            delivery: Delivery {
-                id: id.into(),
-                queue: "q".into(),
-                key: id.into(),
-                payload: Vec::new(),
-                headers: Vec::new(),
-                attempt: 1,
-                enqueued_at_ms: 0,
-                last_error: None,
-                receipt: "r".into(),
-                lease_until_ms: u64::MAX,
-            },
+            delivery: Delivery::for_test(id, "q"),
         }
     }
 

@@ -100,18 +100,7 @@ mod tests {
                 return Ok(Vec::new());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
-            Ok(vec![Delivery {
-                id: "m1".into(),
-                queue: queue.into(),
-                key: "m1".into(),
-                payload: Vec::new(),
-                headers: Vec::new(),
-                attempt: 1,
-                enqueued_at_ms: 0,
-                last_error: None,
-                receipt: "r".into(),
-                lease_until_ms: u64::MAX,
-            }])
+            Ok(vec![Delivery::for_test("m1", queue)])
         }
         async fn claim(&self, _: &str, c: &[KeyClaim], _: Duration) -> Result<Vec<ClaimState>> {
             Ok(vec![ClaimState::Acquired; c.len()])
