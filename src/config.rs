@@ -279,34 +279,7 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         raw.lease.map_or(DEFAULT_LEASE, |d| d.0),
         bounds::LEASE,
     )?;
-    let timeout = bounds::check_duration(
-        "limits.timeout",
-        raw.limits.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0),
-        bounds::TIMEOUT,
-    )?;
-    if timeout + bounds::LEASE_MARGIN > lease {
-        bail!(
-            "field `limits.timeout` ({}) must be at least {} shorter than `lease` ({}): the margin lets a call that runs to its timeout settle before its lease ends, or a message could be handled twice at once",
-            humantime::format_duration(timeout),
-            humantime::format_duration(bounds::LEASE_MARGIN),
-            humantime::format_duration(lease)
-        );
-    }
-    let memory = bounds::check_size(
-        "limits.memory",
-        raw.limits.memory.map_or(DEFAULT_MEMORY, |s| s.0),
-        bounds::MEMORY,
-    )?;
-    let call_budget = bounds::check_size(
-        "limits.call_budget",
-        raw.limits.call_budget.map_or(DEFAULT_CALL_BUDGET, |s| s.0),
-        bounds::CALL_BUDGET,
-    )?;
-    let log_rate = bounds::check(
-        "limits.log_rate",
-        raw.limits.log_rate.unwrap_or(DEFAULT_LOG_RATE),
-        bounds::LOG_RATE,
-    )?;
+    let limits = resolve_limits(&raw.limits, lease)?;
     let max_messages_per_instance = bounds::check(
         "max_messages_per_instance",
         raw.max_messages_per_instance.unwrap_or(1000),
@@ -332,15 +305,57 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         concurrency,
         prefetch,
         lease,
-        timeout,
-        memory,
-        call_budget,
-        log_rate,
+        timeout: limits.timeout,
+        memory: limits.memory,
+        call_budget: limits.call_budget,
+        log_rate: limits.log_rate,
         retry: resolve_retry(raw.retry)?,
         idempotency: resolve_idempotency(raw.idempotency)?,
         config: resolve_values(raw.config)?,
         capabilities: raw.capabilities,
         subscriptions: subscriptions::resolve(raw.subscribe)?,
+    })
+}
+
+/// The `[limits]` table, checked; the timeout against `lease`.
+struct Limits {
+    timeout: Duration,
+    memory: u64,
+    call_budget: u64,
+    log_rate: u32,
+}
+
+fn resolve_limits(raw: &RawLimits, lease: Duration) -> Result<Limits> {
+    let timeout = bounds::check_duration(
+        "limits.timeout",
+        raw.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0),
+        bounds::TIMEOUT,
+    )?;
+    if timeout + bounds::LEASE_MARGIN > lease {
+        bail!(
+            "field `limits.timeout` ({}) must be at least {} shorter than `lease` ({}): the margin lets a call that runs to its timeout settle before its lease ends, or a message could be handled twice at once",
+            humantime::format_duration(timeout),
+            humantime::format_duration(bounds::LEASE_MARGIN),
+            humantime::format_duration(lease)
+        );
+    }
+    Ok(Limits {
+        timeout,
+        memory: bounds::check_size(
+            "limits.memory",
+            raw.memory.map_or(DEFAULT_MEMORY, |s| s.0),
+            bounds::MEMORY,
+        )?,
+        call_budget: bounds::check_size(
+            "limits.call_budget",
+            raw.call_budget.map_or(DEFAULT_CALL_BUDGET, |s| s.0),
+            bounds::CALL_BUDGET,
+        )?,
+        log_rate: bounds::check(
+            "limits.log_rate",
+            raw.log_rate.unwrap_or(DEFAULT_LOG_RATE),
+            bounds::LOG_RATE,
+        )?,
     })
 }
 
@@ -374,32 +389,7 @@ fn resolve_retry(raw: RawRetry) -> Result<RetryPolicy> {
                 .collect::<Result<_>>()?;
             Backoff::Fixed(levels)
         }
-        None => {
-            let Backoff::Exponential {
-                initial,
-                max,
-                factor,
-                jitter,
-            } = defaults.backoff
-            else {
-                unreachable!("the default backoff is exponential")
-            };
-            let initial = delay("retry.initial", raw.initial, initial)?;
-            let max = delay("retry.max", raw.max, max)?;
-            let factor = raw.factor.unwrap_or(factor);
-            if !(1.0..=100.0).contains(&factor) {
-                bail!("field `retry.factor` must be between 1.0 and 100.0, not {factor}");
-            }
-            if initial > max {
-                bail!("field `retry.initial` must not be longer than `retry.max`");
-            }
-            Backoff::Exponential {
-                initial,
-                max,
-                factor,
-                jitter: raw.jitter.unwrap_or(jitter),
-            }
-        }
+        None => resolve_exponential(&raw, defaults.backoff.clone())?,
     };
     Ok(RetryPolicy {
         max_attempts,
@@ -409,6 +399,38 @@ fn resolve_retry(raw: RawRetry) -> Result<RetryPolicy> {
             raw.max_guest_delay,
             defaults.max_guest_delay,
         )?,
+    })
+}
+
+/// Exponential backoff from `retry.initial`, `max`, `factor` and `jitter`,
+/// each defaulting to `defaults`.
+fn resolve_exponential(raw: &RawRetry, defaults: Backoff) -> Result<Backoff> {
+    let Backoff::Exponential {
+        initial,
+        max,
+        factor,
+        jitter,
+    } = defaults
+    else {
+        unreachable!("the default backoff is exponential")
+    };
+    let delay = |field: &str, d: Option<Dur>, default: Duration| {
+        bounds::check_duration(field, d.map_or(default, |d| d.0), bounds::DELAY)
+    };
+    let initial = delay("retry.initial", raw.initial, initial)?;
+    let max = delay("retry.max", raw.max, max)?;
+    let factor = raw.factor.unwrap_or(factor);
+    if !(1.0..=100.0).contains(&factor) {
+        bail!("field `retry.factor` must be between 1.0 and 100.0, not {factor}");
+    }
+    if initial > max {
+        bail!("field `retry.initial` must not be longer than `retry.max`");
+    }
+    Ok(Backoff::Exponential {
+        initial,
+        max,
+        factor,
+        jitter: raw.jitter.unwrap_or(jitter),
     })
 }
 

@@ -107,35 +107,8 @@ impl QueueWorker {
         let leases = Arc::new(Semaphore::new(spec.prefetch));
         let mut stages = JoinSet::new();
         let (settle_tx, settle_rx) = mpsc::unbounded_channel::<Settled>();
-        stages.spawn(settle::settle_loop(
-            self.broker.clone(),
-            spec.queue.clone(),
-            settle_rx,
-            self.stats.clone(),
-        ));
-        // A fixed set of callers rather than a task per message: a warm
-        // instance answers in about a microsecond, less than a spawn costs.
-        let (jobs_tx, jobs_rx) = mpsc::unbounded_channel::<Job>();
-        let jobs: Jobs = Arc::new(Mutex::new(jobs_rx));
-        for _ in 0..spec.concurrency {
-            stages.spawn(call::call_loop(
-                jobs.clone(),
-                self.dispatch.clone(),
-                spec.clone(),
-                settle_tx.clone(),
-                stop.clone(),
-            ));
-        }
-        // The admitter takes keys for one batch while the next is read.
         let (leased_tx, leased_rx) = mpsc::unbounded_channel::<Leased>();
-        stages.spawn(admit::admit_loop(
-            leased_rx,
-            self.broker.clone(),
-            spec.clone(),
-            self.dispatch.clone(),
-            settle_tx.clone(),
-            jobs_tx,
-        ));
+        self.spawn_stages(&mut stages, settle_tx.clone(), settle_rx, leased_rx, &stop);
         // No stage ends on its own while the reader runs: one that does died.
         let died = tokio::select! {
             () = self.read_loop(&leases, &leased_tx, &mut stop) => None,
@@ -166,6 +139,48 @@ impl QueueWorker {
         // messages come back when the lease runs out.
         drop(settle_tx);
         stages.abort_all();
+    }
+
+    /// Start the settler, the callers and the admitter, joined by channels:
+    /// leased batches come in on `leased_rx`, settlements go out through
+    /// `settle_tx`.
+    fn spawn_stages(
+        &self,
+        stages: &mut JoinSet<()>,
+        settle_tx: mpsc::UnboundedSender<Settled>,
+        settle_rx: mpsc::UnboundedReceiver<Settled>,
+        leased_rx: mpsc::UnboundedReceiver<Leased>,
+        stop: &watch::Receiver<bool>,
+    ) {
+        let spec = &self.spec;
+        stages.spawn(settle::settle_loop(
+            self.broker.clone(),
+            spec.queue.clone(),
+            settle_rx,
+            self.stats.clone(),
+        ));
+        // A fixed set of callers rather than a task per message: a warm
+        // instance answers in about a microsecond, less than a spawn costs.
+        let (jobs_tx, jobs_rx) = mpsc::unbounded_channel::<Job>();
+        let jobs: Jobs = Arc::new(Mutex::new(jobs_rx));
+        for _ in 0..spec.concurrency {
+            stages.spawn(call::call_loop(
+                jobs.clone(),
+                self.dispatch.clone(),
+                spec.clone(),
+                settle_tx.clone(),
+                stop.clone(),
+            ));
+        }
+        // The admitter takes keys for one batch while the next is read.
+        stages.spawn(admit::admit_loop(
+            leased_rx,
+            self.broker.clone(),
+            spec.clone(),
+            self.dispatch.clone(),
+            settle_tx,
+            jobs_tx,
+        ));
     }
 
     /// Lease batches for as long as the prefetch allows, until `stop`.

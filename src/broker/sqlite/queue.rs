@@ -287,21 +287,7 @@ fn settle_one(conn: &Connection, s: Settlement, now: i64) -> Result<Option<Count
             delivery,
             key,
             publishes,
-        } => {
-            if take_leased(conn, &delivery)?.is_none() {
-                return Ok(None);
-            }
-            let first = match &key {
-                Some((key, retention)) => record_done(conn, &delivery, key, *retention, now)?,
-                None => true,
-            };
-            if first {
-                insert_messages(conn, &publishes, now as u64)?;
-                Counted::Done
-            } else {
-                Counted::Duplicate
-            }
-        }
+        } => return settle_done(conn, &delivery, key, &publishes, now),
         Settlement::Duplicate { delivery } => {
             if take_leased(conn, &delivery)?.is_none() {
                 return Ok(None);
@@ -339,23 +325,62 @@ fn settle_one(conn: &Connection, s: Settlement, now: i64) -> Result<Option<Count
             key,
             notice,
         } => {
-            let Some(redrives) = take_leased(conn, &delivery)? else {
-                return Ok(None);
-            };
-            let death = dead::Death {
+            let death = |redrives| dead::Death {
                 reason: &reason,
                 error: error.as_deref(),
                 handler_version: handler_version.as_deref(),
                 redrives,
                 at: now,
             };
-            dead::bury(conn, &delivery, &death)?;
-            insert_messages(conn, notice.as_slice(), now as u64)?;
+            if !bury_leased(conn, &delivery, death, notice.as_slice())? {
+                return Ok(None);
+            }
             release_key(conn, &delivery, key.as_deref())?;
             Counted::Nothing
         }
     };
     Ok(Some(counted))
+}
+
+/// Move a leased message to the dead letters, with `notice` published in
+/// the same step; false when its delivery lost the lease.
+fn bury_leased<'a>(
+    conn: &Connection,
+    delivery: &Delivery,
+    death: impl FnOnce(u32) -> dead::Death<'a>,
+    notice: &[NewMessage],
+) -> Result<bool> {
+    let Some(redrives) = take_leased(conn, delivery)? else {
+        return Ok(false);
+    };
+    let death = death(redrives);
+    dead::bury(conn, delivery, &death)?;
+    insert_messages(conn, notice, death.at as u64)?;
+    Ok(true)
+}
+
+/// Remove a handled message, record its key and commit its publishes, if its
+/// delivery still holds the lease (`None` when not). A duplicate when the
+/// key was done already by another message with it.
+fn settle_done(
+    conn: &Connection,
+    delivery: &Delivery,
+    key: Option<(String, Duration)>,
+    publishes: &[NewMessage],
+    now: i64,
+) -> Result<Option<Counted>> {
+    if take_leased(conn, delivery)?.is_none() {
+        return Ok(None);
+    }
+    let first = match &key {
+        Some((key, retention)) => record_done(conn, delivery, key, *retention, now)?,
+        None => true,
+    };
+    if !first {
+        return Ok(Some(Counted::Duplicate));
+    }
+    insert_messages(conn, publishes, now as u64)?;
+    Ok(Some(Counted::Done))
 }
 
 /// Make a leased message due again at `at` with its error; false when the
