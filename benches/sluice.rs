@@ -219,10 +219,7 @@ struct NativeNoop;
 #[async_trait]
 impl Dispatch for NativeNoop {
     async fn invoke(&self, _: &Delivery) -> Invocation {
-        Invocation {
-            result: Ok(Outcome::Done),
-            publishes: Vec::new(),
-        }
+        Invocation::ended(Ok(Outcome::Done), Vec::new())
     }
 
     fn version(&self) -> &str {
@@ -571,6 +568,8 @@ async fn bench_reload(rounds: usize) {
             key: dir.path().join("cache.key"),
         }),
         watch: true,
+        admin: None,
+        otlp_endpoint: None,
     };
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let host = tokio::spawn(sluice::app::run(broker.clone(), options, async move {

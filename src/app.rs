@@ -2,11 +2,13 @@
 //! the handlers directory, redrive dead letters on schedule, stop cleanly.
 //!
 //! Besides the workers (started by the [`Registry`]), a running host has
-//! four loops, each a named function here or in its module: [`report_loop`]
+//! five loops, each a named function here or in its module: [`report_loop`]
 //! (statuses and topic bindings every [`STATUS_EVERY`]), [`follow_loop`]
-//! (the directory watcher), [`wait_idle`] (`--until-idle`) and
-//! [`redrive::run`] (scheduled redrive). The first of them to end, or the
-//! shutdown future, stops the host.
+//! (the directory watcher), [`wait_idle`] (`--until-idle`),
+//! [`redrive::run`] (scheduled redrive) and [`PauseBoard::follow`] (which
+//! queues are paused). The first of them to end, or the shutdown future,
+//! stops the host. The admin endpoint, when on, serves beside them until
+//! the workers have stopped.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -16,15 +18,19 @@ use std::time::Duration;
 
 use anyhow::Result;
 
+use crate::admin::{self, Admin};
 use crate::bind;
 use crate::broker::{Broker, STATUS_EVERY};
 use crate::cache::{CacheFiles, CompileCache};
 use crate::error::chain;
 use crate::loader::{self, LoadLimits, Loader};
+use crate::metrics::Metrics;
+use crate::pause::PauseBoard;
 use crate::redrive::{self, Clock, SystemClock};
-use crate::registry::Registry;
+use crate::registry::{Observers, Registry};
 use crate::reload::{DirWatcher, RESCAN};
 use crate::runtime::Runtime;
+use crate::trace::Exporter;
 
 /// How `run` behaves.
 #[derive(Clone, Debug)]
@@ -41,6 +47,17 @@ pub struct RunOptions {
     pub cache: Option<CacheFiles>,
     /// Follow changes to the handlers directory.
     pub watch: bool,
+    /// Serve the admin endpoint (metrics, health, API, dashboard).
+    pub admin: Option<AdminOptions>,
+    /// Export attempt spans to this OTLP/HTTP collector (base URL).
+    pub otlp_endpoint: Option<String>,
+}
+
+/// Where the admin endpoint listens, and the token it asks for.
+#[derive(Clone, Debug)]
+pub struct AdminOptions {
+    pub addr: String,
+    pub token: Option<String>,
 }
 
 /// Serve every handler in `options.handlers` until `shutdown` resolves (or
@@ -69,19 +86,39 @@ pub async fn run_with_clock(
         max_message_size: options.max_message_size,
         max_component_size: options.max_component_size,
     };
+    // The admin endpoint binds first: a taken address stops the host
+    // before it leases anything.
+    let listener = match &options.admin {
+        Some(a) => Some(admin::bind(&a.addr, a.token.as_deref()).await?),
+        None => None,
+    };
+    let observers = observers(listener.is_some(), options.otlp_endpoint.as_deref())?;
     let loader = Loader::new(runtime, cache, limits);
-    let registry = Arc::new(Registry::new(
-        loader,
-        broker.clone(),
-        options.handlers.clone(),
-    ));
+    let registry = Arc::new(
+        Registry::new(loader, broker.clone(), options.handlers.clone())
+            .with_observers(observers.clone()),
+    );
+    let admin = listener.map(|listener| {
+        let token = options.admin.as_ref().and_then(|a| a.token.clone());
+        AdminTask::spawn(listener, &broker, &registry, token)
+    });
     // Watch before the first scan, so nothing that changes in between is missed.
     let watcher = if options.watch {
         Some(DirWatcher::start(&options.handlers)?)
     } else {
         None
     };
+    // Workers start paused if their queue is: read the pauses first.
+    match broker.paused().await {
+        Ok(paused) => observers.pauses.set(paused),
+        Err(e) => {
+            tracing::warn!(error = %chain(&e), "cannot read which queues are paused; taking none for paused until the broker answers")
+        }
+    }
     start(&*broker, &registry).await?;
+    if let Some(a) = &admin {
+        a.admin.mark_started();
+    }
     let host = host_id();
     report(&*broker, &registry, &host).await;
     tokio::select! {
@@ -93,9 +130,74 @@ pub async fn run_with_clock(
         _ = follow_loop(watcher, &*broker, &registry, &host) => {}
         _ = report_loop(&*broker, &registry, &host) => {}
         _ = redrive::run(broker.clone(), registry.clone(), clock) => {}
+        _ = observers.pauses.follow(&*broker) => {}
     }
     stop(&*broker, &registry, &host, options.grace).await;
+    if let Some(a) = admin {
+        a.stop().await;
+    }
+    if let Some(exporter) = observers.exporter {
+        // Sending the last spans blocks.
+        let _ = tokio::task::spawn_blocking(move || exporter.shutdown()).await;
+    }
     Ok(())
+}
+
+/// What the workers report to: metrics when the admin endpoint serves them,
+/// the span exporter when there is a collector, and the pause board.
+fn observers(metrics: bool, otlp_endpoint: Option<&str>) -> Result<Observers> {
+    let exporter = otlp_endpoint.map(Exporter::new).transpose()?;
+    if let Some(e) = &exporter {
+        tracing::info!(endpoint = e.endpoint(), "exporting attempt spans over OTLP");
+    }
+    Ok(Observers {
+        metrics: metrics.then(Metrics::new),
+        exporter,
+        pauses: Arc::new(PauseBoard::default()),
+    })
+}
+
+/// How long requests to the admin endpoint may finish when the host stops.
+const ADMIN_STOP: Duration = Duration::from_secs(2);
+
+/// The admin endpoint, serving in a task of its own until stopped.
+struct AdminTask {
+    admin: Arc<Admin>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<()>>,
+}
+
+impl AdminTask {
+    fn spawn(
+        listener: tokio::net::TcpListener,
+        broker: &Arc<dyn Broker>,
+        registry: &Arc<Registry>,
+        token: Option<String>,
+    ) -> Self {
+        let metrics =
+            (registry.observers().metrics.clone()).expect("metrics are on with the admin endpoint");
+        let admin = Admin::new(broker.clone(), registry.clone(), metrics, token);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(admin::serve(listener, admin.clone(), async {
+            let _ = stopped.await;
+        }));
+        AdminTask { admin, stop, task }
+    }
+
+    /// Stop serving; requests under way finish first.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        match tokio::time::timeout(ADMIN_STOP, self.task).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => {
+                tracing::warn!(error = %crate::error::one_line(&e), "the admin endpoint failed")
+            }
+            Ok(Err(e)) => tracing::warn!("the admin endpoint panicked: {e}"),
+            Err(_) => tracing::debug!(
+                "the admin endpoint's connections did not close within {ADMIN_STOP:?}; leaving them"
+            ),
+        }
+    }
 }
 
 /// Bind every sidecar's topics, then load every handler in the directory.

@@ -30,6 +30,7 @@ use crate::broker::Broker;
 use crate::message::{DEFAULT_MAX_MESSAGE_SIZE, NewMessage};
 pub use crate::publish::PublishError;
 use crate::publish::fan_out;
+use crate::trace;
 
 /// Optional settings of one publish.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -123,13 +124,18 @@ impl Client {
 
     /// Publish several messages, to any queues, in one broker call; returns
     /// their ids in order. On SQLite they commit together.
+    ///
+    /// Each message carries a W3C trace context: the `traceparent` header it
+    /// has, continued, or else a new trace's, so that the handlers' attempt
+    /// spans (and what they publish) join one trace.
     pub async fn publish_all(
         &self,
-        messages: Vec<NewMessage>,
+        mut messages: Vec<NewMessage>,
     ) -> Result<Vec<String>, PublishError> {
-        for m in &messages {
+        for m in &mut messages {
             m.validate(self.max_message_size)
                 .map_err(PublishError::Refused)?;
+            trace::start_or_continue(&mut m.headers);
         }
         Ok(self.broker.publish(messages).await?)
     }
@@ -154,7 +160,10 @@ impl Client {
         payload: &[u8],
         options: PublishOptions,
     ) -> Result<Vec<TopicCopy>, PublishError> {
-        let copies = fan_out(&*self.broker, topic, route, options.message("", payload)).await?;
+        // Every copy is in the same trace.
+        let mut message = options.message("", payload);
+        trace::start_or_continue(&mut message.headers);
+        let copies = fan_out(&*self.broker, topic, route, message).await?;
         let queues: Vec<String> = copies.iter().map(|c| c.queue.clone()).collect();
         let ids = self.publish_all(copies).await?;
         Ok(queues

@@ -47,6 +47,16 @@ pub struct HostConfig {
     pub cache_key: Option<PathBuf>,
     /// The largest handler component loaded (default 128 MiB).
     pub max_component_size: Option<Size>,
+    /// Where `sluice run` serves metrics, health, the admin API and the
+    /// dashboard: `HOST:PORT` (default `127.0.0.1:9464`), or `off`.
+    pub admin: Option<String>,
+    /// The bearer token the admin endpoint asks for (else
+    /// `SLUICE_ADMIN_TOKEN`); required off loopback.
+    pub admin_token: Option<String>,
+    /// An OTLP/HTTP collector's base URL, e.g. `http://127.0.0.1:4318`
+    /// (else `OTEL_EXPORTER_OTLP_ENDPOINT`): attempt spans are exported
+    /// there.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// How log lines are written: `text` for people, `json` for collectors.

@@ -9,12 +9,14 @@
 //! * [`units`], [`error`], [`files`] — sizes and durations as people write
 //!   them, error chains on one line, and bounded reads of regular files only.
 //! * [`message`] — the envelope: what is published and what is delivered.
+//! * [`trace`] — W3C trace context in headers, attempt spans, OTLP export.
 //! * [`policy`] — pure retry and dead-letter decisions.
 //! * [`topic`] — routing keys, patterns and which queues a topic publish reaches.
 //! * [`config`] — `sluice.toml` and handler sidecars.
 //! * [`broker`] — the broker's roles (queue, dead letters, presence,
 //!   key-value, topics) and its backends (`sqlite`, `redis`), one file per
 //!   role in each.
+//! * [`pause`] — the host's view of which queues are paused.
 //! * [`publish`] — publish errors and a topic publish's fan-out, shared by
 //!   the client and the handlers' `publish-to-topic`.
 //! * [`client`] — publishing from Rust applications ([`Client`]).
@@ -23,6 +25,7 @@
 //!   WIT interface.
 //! * [`runtime`] — the wasmtime engine, the epoch deadline and one loaded
 //!   handler version ([`runtime::Handler`]).
+//! * [`metrics`] — the Prometheus metrics a host serves.
 //! * [`check`] — validating a component against the `handler` world.
 //! * [`cache`] — compiled components by content hash, in memory and on disk.
 //! * [`loader`] — a handler file and its sidecar, read, compiled and checked.
@@ -31,9 +34,12 @@
 //! * [`registry`] — the live set of handlers: swap, unload, refusals.
 //! * [`reload`] — watching the handlers directory for complete changes.
 //! * [`redrive`] — putting dead letters back on their queue on a schedule.
+//! * [`admin`] — the admin HTTP endpoint: metrics, health, the JSON API and
+//!   the dashboard.
 //! * [`app`] — `run`: the registry, the watcher, the host's loops, shutdown.
 //! * [`cli`] — the `sluice` command line.
 
+pub mod admin;
 pub mod app;
 pub mod bind;
 pub mod broker;
@@ -47,6 +53,8 @@ pub mod files;
 pub mod host;
 pub mod loader;
 pub mod message;
+pub mod metrics;
+pub mod pause;
 pub mod policy;
 pub mod publish;
 pub mod redrive;
@@ -54,6 +62,7 @@ pub mod registry;
 pub mod reload;
 pub mod runtime;
 pub mod topic;
+pub mod trace;
 pub mod units;
 pub mod wit;
 pub mod worker;

@@ -73,6 +73,11 @@ impl Loader {
         }
     }
 
+    /// The runtime it compiles for.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
     /// Load handler `name` from `path` and its sidecar beside it (`NAME.toml`).
     pub fn load(&self, name: &str, path: &Path) -> Result<Handler, LoadError> {
         load_with(&self.runtime, &self.cache, name, path, self.limits)

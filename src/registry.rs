@@ -23,9 +23,36 @@ use crate::broker::{Broker, HandlerStatus};
 use crate::config::HandlerSpec;
 use crate::error::chain;
 use crate::loader::Loader;
+use crate::metrics::Metrics;
+use crate::pause::PauseBoard;
 use crate::policy::RedrivePolicy;
 use crate::runtime::{Handler, POOL_INSTANCES};
-use crate::worker::{WorkerStats, supervise};
+use crate::trace::Exporter;
+use crate::worker::{Observe, WorkerStats, supervise};
+
+/// What the host's workers report to and are steered by: its metrics (when
+/// it serves them), its span exporter (when it exports) and its view of
+/// which queues are paused.
+#[derive(Clone, Default)]
+pub struct Observers {
+    pub metrics: Option<Arc<Metrics>>,
+    pub exporter: Option<Arc<Exporter>>,
+    pub pauses: Arc<PauseBoard>,
+}
+
+impl Observers {
+    /// What the worker of `handler` reports to.
+    fn for_worker(&self, handler: &Handler) -> Observe {
+        Observe {
+            metrics: self
+                .metrics
+                .as_ref()
+                .map(|m| m.handler(&handler.spec.name, &handler.version)),
+            exporter: self.exporter.clone(),
+            paused: self.pauses.watch(&handler.spec.queue),
+        }
+    }
+}
 
 /// A handler version serving its queue: its worker task and how to stop it.
 struct Running {
@@ -57,6 +84,7 @@ pub struct Registry {
     dir: PathBuf,
     refusals: AtomicU64,
     state: Mutex<State>,
+    observers: Observers,
 }
 
 impl Registry {
@@ -69,7 +97,24 @@ impl Registry {
             dir,
             refusals: AtomicU64::new(0),
             state: Mutex::new(State::default()),
+            observers: Observers::default(),
         }
+    }
+
+    /// The registry, its workers reporting to `observers`.
+    pub fn with_observers(mut self, observers: Observers) -> Self {
+        self.observers = observers;
+        self
+    }
+
+    /// What its workers report to.
+    pub fn observers(&self) -> &Observers {
+        &self.observers
+    }
+
+    /// Handler instances alive now, over every handler.
+    pub fn instances_in_use(&self) -> usize {
+        self.loader.runtime().instances_in_use()
     }
 
     /// The handlers directory.
@@ -141,6 +186,9 @@ impl Registry {
             previous = previous.as_deref().unwrap_or("-"), mode = ?handler.spec.instance_mode,
             "handler serving from {}", wasm.display()
         );
+        if let Some(m) = &self.observers.metrics {
+            m.reloads.inc();
+        }
         let running = self.start(Arc::new(handler));
         if let Some(old) = state.running.insert(name.to_string(), running) {
             retire(&mut state, old);
@@ -272,11 +320,16 @@ impl Registry {
         let grace = spec.timeout + Duration::from_secs(5);
         let stats = Arc::new(WorkerStats::default());
         let (stop, stop_rx) = watch::channel(false);
+        let queue_role: Arc<dyn crate::broker::Queue> = match &self.observers.metrics {
+            Some(m) => m.metered(self.broker.clone()),
+            None => self.broker.clone(),
+        };
         let task = tokio::spawn(supervise(
-            self.broker.clone(),
+            queue_role,
             handler.clone(),
             spec,
             stats.clone(),
+            self.observers.for_worker(&handler),
             stop_rx,
             grace,
         ));
@@ -291,6 +344,9 @@ impl Registry {
 
     async fn refuse(&self, name: &str, file: &Path, reason: String) {
         self.refusals.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = &self.observers.metrics {
+            m.refused(name);
+        }
         let mut state = self.state.lock().await;
         let serving = state.running.get(name).map(|r| r.handler.version.clone());
         tracing::error!(

@@ -3,9 +3,11 @@
 //! until they are replayed onto their queue or purged.
 
 use async_trait::async_trait;
+use base64::Engine as _;
 use serde::Serialize;
 
 use super::Result;
+use crate::units::parse_duration;
 
 /// A queue's dead letters: listed, shown, replayed and purged.
 #[async_trait]
@@ -59,4 +61,65 @@ pub struct ReplaySelector {
     /// Whether this is a scheduled redrive: the re-queued message then
     /// carries one more redrive. A manual replay leaves the count as it was.
     pub redrive: bool,
+}
+
+impl ReplaySelector {
+    /// A replay by hand, from its options as a person typed them: `ids`,
+    /// `older_than` (a duration, e.g. `10m`) and `limit` (a count). `names`
+    /// are what the caller calls the last two (flags, or parameters), for
+    /// errors that name them. A replay by hand is not one of the scheduled
+    /// redrives: it takes dead letters whatever their redrives, and does not
+    /// count one.
+    pub fn by_hand(
+        ids: Vec<String>,
+        older_than: Option<&str>,
+        limit: Option<&str>,
+        now_ms: u64,
+        names: [&str; 2],
+    ) -> std::result::Result<Self, String> {
+        let [older_than_name, limit_name] = names;
+        let died_before_ms = match older_than {
+            Some(text) => {
+                let age = parse_duration(text).map_err(|e| format!("{older_than_name}: {e}"))?;
+                Some(now_ms.saturating_sub(age.as_millis() as u64))
+            }
+            None => None,
+        };
+        let limit = match limit {
+            Some(text) => match text.trim().parse::<usize>() {
+                Ok(n) if n > 0 => Some(n),
+                _ => {
+                    return Err(format!(
+                        "{limit_name}: bad number {text:?}; give how many dead letters at most, 1 or more"
+                    ));
+                }
+            },
+            None => None,
+        };
+        Ok(ReplaySelector {
+            ids,
+            died_before_ms,
+            limit,
+            ..ReplaySelector::default()
+        })
+    }
+}
+
+impl DeadLetter {
+    /// The dead letter as JSON, with its payload as text when it is UTF-8
+    /// (`payload`) and as base64 otherwise (`payload_base64`).
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).expect("dead letters serialize");
+        let obj = v.as_object_mut().expect("a dead letter is an object");
+        match std::str::from_utf8(&self.payload) {
+            Ok(text) => obj.insert("payload".into(), text.into()),
+            Err(_) => obj.insert(
+                "payload_base64".into(),
+                base64::engine::general_purpose::STANDARD
+                    .encode(&self.payload)
+                    .into(),
+            ),
+        };
+        v
+    }
 }

@@ -8,8 +8,8 @@
 //!   all the worker uses.
 //! * [`DeadLetters`] (`dead.rs`) — list, show, replay, purge: all `sluice
 //!   dlq` and the redrive scheduler use.
-//! * [`Presence`] (`presence.rs`) — queue counts and the handler statuses
-//!   hosts report: `sluice stats`.
+//! * [`Presence`] (`presence.rs`) — queue counts, the handler statuses
+//!   hosts report, and pausing: `sluice stats`, `pause`, `resume`.
 //! * [`KvStore`] (`kv.rs`) — the handlers' key-value stores.
 //! * [`TopicStore`] (`topics.rs`) — topic bindings.
 //!
@@ -43,7 +43,7 @@ pub use self::redis::RedisBroker;
 pub use dead::{DeadLetter, DeadLetters, ReplaySelector};
 pub use error::{BrokerError, Result};
 pub use kv::KvStore;
-pub use presence::{HandlerStatus, Presence, QueueStats, STATUS_EVERY, STATUS_STALE};
+pub use presence::{HandlerStatus, PAUSE_POLL, Presence, QueueStats, STATUS_EVERY, STATUS_STALE};
 pub use queue::{ClaimState, KeyClaim, Queue, Settlement};
 pub use sqlite::SqliteBroker;
 pub use topics::TopicStore;

@@ -1,5 +1,6 @@
-//! The presence role: what `sluice stats` shows. Counts per queue, and what
-//! each running host says it serves, so that any host or CLI sees them all.
+//! The presence role: what `sluice stats` shows. Counts per queue, what
+//! each running host says it serves, so that any host or CLI sees them all,
+//! and which queues are paused, which every host serving them honours.
 
 use std::time::Duration;
 
@@ -22,6 +23,14 @@ pub trait Presence: Send + Sync + 'static {
 
     /// What every host reported, stale reports included (readers filter).
     async fn handler_statuses(&self) -> Result<Vec<HandlerStatus>>;
+
+    /// Pause `queue` (`true`) or resume it. A paused queue's messages wait:
+    /// no host leases them, so their attempts stay as they are. Calls in
+    /// flight finish. Hosts look every [`PAUSE_POLL`].
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<()>;
+
+    /// The queues paused now, by name.
+    async fn paused(&self) -> Result<Vec<String>>;
 }
 
 /// Per-queue counts for `sluice stats`. The JSON field names are stable.
@@ -39,6 +48,8 @@ pub struct QueueStats {
     /// message was delivered again meanwhile (the host was too slow, or
     /// stopped), so this delivery's result did not count.
     pub lost_leases: u64,
+    /// Paused: no host leases its messages until it is resumed.
+    pub paused: bool,
 }
 
 impl QueueStats {
@@ -86,5 +97,8 @@ pub struct HandlerStatus {
 
 /// How often a host reports its handlers' statuses.
 pub const STATUS_EVERY: Duration = Duration::from_secs(10);
+/// How often a host looks which queues are paused: a pause takes hold
+/// within this (plus one broker round trip).
+pub const PAUSE_POLL: Duration = Duration::from_millis(500);
 /// How old a report may be before readers take its host for gone.
 pub const STATUS_STALE: Duration = Duration::from_secs(60);

@@ -1,13 +1,12 @@
 //! `sluice dlq list|show|replay|purge QUEUE`.
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, bail};
 use base64::Engine as _;
 use clap::{Args, Subcommand};
 
 use super::{Context, print_json};
 use crate::broker::{DeadLetter, DeadLetters, ReplaySelector};
 use crate::message::now_ms;
-use crate::units::parse_duration;
 
 /// The arguments of `sluice dlq`.
 #[derive(Debug, Args)]
@@ -53,7 +52,7 @@ pub async fn dlq(ctx: &Context, args: DlqArgs) -> Result<()> {
             let dead = broker.dead_letters(&queue, limit).await?;
             if ctx.json {
                 for d in &dead {
-                    print_json(&with_payload(d))?;
+                    print_json(&d.to_json())?;
                 }
             } else {
                 println!(
@@ -79,7 +78,7 @@ pub async fn dlq(ctx: &Context, args: DlqArgs) -> Result<()> {
                 );
             };
             if ctx.json {
-                print_json(&with_payload(&d))?;
+                print_json(&d.to_json())?;
             } else {
                 print_dead_letter(&d);
             }
@@ -90,7 +89,14 @@ pub async fn dlq(ctx: &Context, args: DlqArgs) -> Result<()> {
             older_than,
             limit,
         } => {
-            let selector = replay_selector(ids, older_than, limit, now_ms())?;
+            let selector = ReplaySelector::by_hand(
+                ids,
+                older_than.as_deref(),
+                limit.as_deref(),
+                now_ms(),
+                ["--older-than", "--limit"],
+            )
+            .map_err(anyhow::Error::msg)?;
             replay(ctx, &*broker, &queue, &selector).await?;
         }
         DlqAction::Purge { queue } => {
@@ -121,40 +127,6 @@ async fn replay(
         );
     }
     report(ctx, "replayed", queue, n)
-}
-
-/// What `dlq replay` takes, from its options as typed. Parsed here rather
-/// than by clap, so that a bad value is one line naming the flag.
-fn replay_selector(
-    ids: Vec<String>,
-    older_than: Option<String>,
-    limit: Option<String>,
-    now_ms: u64,
-) -> Result<ReplaySelector> {
-    let died_before_ms = match older_than {
-        Some(text) => {
-            let age = parse_duration(&text).map_err(|e| anyhow!("--older-than: {e}"))?;
-            Some(now_ms.saturating_sub(age.as_millis() as u64))
-        }
-        None => None,
-    };
-    let limit = match limit {
-        Some(text) => match text.trim().parse::<usize>() {
-            Ok(n) if n > 0 => Some(n),
-            _ => {
-                bail!("--limit: bad number {text:?}; give how many dead letters at most, 1 or more")
-            }
-        },
-        None => None,
-    };
-    // A replay by hand is not one of the scheduled redrives: it takes dead
-    // letters whatever their redrives, and does not count one.
-    Ok(ReplaySelector {
-        ids,
-        died_before_ms,
-        limit,
-        ..ReplaySelector::default()
-    })
 }
 
 /// `dlq show` as text, one field a line.
@@ -191,23 +163,6 @@ fn report(ctx: &Context, verb: &str, queue: &str, n: u64) -> Result<()> {
     }
 }
 
-/// A dead letter as JSON, with its payload as text when it is UTF-8 and as
-/// base64 otherwise.
-fn with_payload(d: &DeadLetter) -> serde_json::Value {
-    let mut v = serde_json::to_value(d).expect("dead letters serialize");
-    let obj = v.as_object_mut().expect("a dead letter is an object");
-    match std::str::from_utf8(&d.payload) {
-        Ok(text) => obj.insert("payload".into(), text.into()),
-        Err(_) => obj.insert(
-            "payload_base64".into(),
-            base64::engine::general_purpose::STANDARD
-                .encode(&d.payload)
-                .into(),
-        ),
-    };
-    v
-}
-
 fn iso(ms: u64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
     humantime::format_rfc3339_millis(t).to_string()
@@ -217,12 +172,13 @@ fn iso(ms: u64) -> String {
 mod tests {
     use super::*;
 
-    fn select(older_than: Option<&str>, limit: Option<&str>) -> Result<ReplaySelector> {
-        replay_selector(
+    fn select(older_than: Option<&str>, limit: Option<&str>) -> Result<ReplaySelector, String> {
+        ReplaySelector::by_hand(
             vec!["a".into()],
-            older_than.map(str::to_string),
-            limit.map(str::to_string),
+            older_than,
+            limit,
             1_000_000,
+            ["--older-than", "--limit"],
         )
     }
 
@@ -238,10 +194,10 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_flag() {
-        let e = select(Some("soon"), None).unwrap_err().to_string();
+        let e = select(Some("soon"), None).unwrap_err();
         assert!(e.starts_with("--older-than: bad duration \"soon\""), "{e}");
         for bad in ["0", "-1", "many"] {
-            let e = select(None, Some(bad)).unwrap_err().to_string();
+            let e = select(None, Some(bad)).unwrap_err();
             assert!(e.starts_with("--limit: bad number"), "{bad}: {e}");
         }
     }

@@ -11,6 +11,7 @@ use crate::config::{DEFAULT_BROKER, HostConfig, LogFormat};
 mod check;
 mod dlq;
 mod new;
+mod pause;
 mod run;
 mod send;
 mod stats;
@@ -48,6 +49,10 @@ pub enum Command {
     Dlq(dlq::DlqArgs),
     /// Per-queue counts, and the handlers the running hosts serve.
     Stats(stats::StatsArgs),
+    /// Pause a queue: no host leases its messages until it is resumed.
+    Pause(pause::PauseArgs),
+    /// Resume a paused queue.
+    Resume(pause::PauseArgs),
     /// List topics and their bindings; bind or unbind a queue.
     Topics(topics::TopicsArgs),
     /// Validate a handler component against the WIT world.
@@ -88,8 +93,17 @@ impl Context {
         crate::broker::connect(&self.broker_url).await
     }
 
-    pub fn log_format(&self) -> LogFormat {
-        self.config.log_format.unwrap_or_default()
+    /// `SLUICE_LOG_FORMAT` (`text` or `json`), else `log_format` in
+    /// sluice.toml, else text.
+    pub fn log_format(&self) -> Result<LogFormat> {
+        match std::env::var("SLUICE_LOG_FORMAT") {
+            Ok(v) if !v.trim().is_empty() => match v.trim().to_ascii_lowercase().as_str() {
+                "text" => Ok(LogFormat::Text),
+                "json" => Ok(LogFormat::Json),
+                _ => anyhow::bail!("SLUICE_LOG_FORMAT={v:?}: give text or json"),
+            },
+            _ => Ok(self.config.log_format.unwrap_or_default()),
+        }
     }
 
     pub fn grace(&self) -> Duration {
@@ -102,12 +116,14 @@ impl Context {
 /// Run the parsed command line. Logging is set up here, once.
 pub async fn main(cli: Cli) -> Result<()> {
     let ctx = Context::new(&cli)?;
-    init_logging(ctx.log_format());
+    init_logging(ctx.log_format()?);
     match cli.command {
         Command::Run(args) => run::run(&ctx, args).await,
         Command::Send(args) => send::send(&ctx, args).await,
         Command::Dlq(args) => dlq::dlq(&ctx, args).await,
         Command::Stats(args) => stats::stats(&ctx, args).await,
+        Command::Pause(args) => pause::set_paused(&ctx, args, true).await,
+        Command::Resume(args) => pause::set_paused(&ctx, args, false).await,
         Command::Topics(args) => topics::topics(&ctx, args).await,
         Command::Check(args) => check::check(&ctx, args),
         Command::New(args) => new::new(&ctx, args),
@@ -123,7 +139,10 @@ fn init_logging(format: LogFormat) {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
+        // Every field of a line at the top level of its object, beside
+        // `message`, so collectors index handler, queue, message id,
+        // attempt and trace id as they are.
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),
     };
 }

@@ -6,8 +6,10 @@ use anyhow::Result;
 use clap::Args;
 
 use super::Context;
-use crate::app::{RunOptions, run as run_app};
+use crate::admin::{DEFAULT_ADDR, TOKEN_ENV};
+use crate::app::{AdminOptions, RunOptions, run as run_app};
 use crate::cache::CacheFiles;
+use crate::trace::OTLP_ENDPOINT_ENV;
 
 /// The arguments of `sluice run`.
 #[derive(Debug, Args)]
@@ -18,6 +20,10 @@ pub struct RunArgs {
     /// Exit 0 once no bound queue has a ready, delayed or in-flight message.
     #[arg(long)]
     pub until_idle: bool,
+    /// Serve metrics, health, the admin API and the dashboard on HOST:PORT
+    /// (default: `admin` in sluice.toml, else 127.0.0.1:9464), or `off`.
+    #[arg(long, value_name = "ADDR|off")]
+    pub admin: Option<String>,
 }
 
 pub async fn run(ctx: &Context, args: RunArgs) -> Result<()> {
@@ -41,8 +47,35 @@ pub async fn run(ctx: &Context, args: RunArgs) -> Result<()> {
         grace: ctx.grace(),
         max_message_size: ctx.config.max_message_size(),
         max_component_size: ctx.config.max_component_size(),
+        admin: admin_options(ctx, args.admin),
+        otlp_endpoint: ctx
+            .config
+            .otlp_endpoint
+            .clone()
+            .or_else(|| env(OTLP_ENDPOINT_ENV)),
     };
     run_app(broker, options, shutdown_signal()).await
+}
+
+/// The admin endpoint: `--admin`, else `admin` in sluice.toml, else the
+/// default address; `off` turns it off. The token is `admin_token`, else
+/// `SLUICE_ADMIN_TOKEN`.
+fn admin_options(ctx: &Context, flag: Option<String>) -> Option<AdminOptions> {
+    let addr = flag
+        .or_else(|| ctx.config.admin.clone())
+        .unwrap_or_else(|| DEFAULT_ADDR.to_string());
+    if addr.trim().eq_ignore_ascii_case("off") {
+        return None;
+    }
+    Some(AdminOptions {
+        addr: addr.trim().to_string(),
+        token: ctx.config.admin_token.clone().or_else(|| env(TOKEN_ENV)),
+    })
+}
+
+/// A variable of the environment, unless unset or empty.
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
 /// Where compiled handlers are cached: `cache_dir` and `cache_key` from

@@ -39,12 +39,13 @@ pub async fn stats(ctx: &Context, args: StatsArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9}",
+        "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9}  STATE",
         "QUEUE", "READY", "DELAYED", "IN_FLIGHT", "DONE", "DUPLICATES", "RETRIED", "DEAD"
     );
     for q in &all {
+        let state = if q.paused { "paused" } else { "running" };
         println!(
-            "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9}",
+            "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9}  {state}",
             q.queue, q.ready, q.delayed, q.in_flight, q.done, q.duplicates, q.retried, q.dead
         );
     }

@@ -30,22 +30,21 @@ impl Host for HostState {
             return;
         }
         let id = self.message_id.as_str();
+        let queue = self.queue.as_str();
+        let attempt = self.attempt;
+        let trace_id = self.trace_id.map(|t| t.trace_id_hex());
+        let trace_id = trace_id.as_deref().unwrap_or("");
+        macro_rules! line {
+            ($level:expr) => {
+                tracing::event!(target: "sluice::guest", $level, handler = name, queue, message_id = id, attempt, trace_id, "{message}")
+            };
+        }
         match level {
-            Level::Trace => {
-                tracing::trace!(target: "sluice::guest", handler = name, message_id = id, "{message}")
-            }
-            Level::Debug => {
-                tracing::debug!(target: "sluice::guest", handler = name, message_id = id, "{message}")
-            }
-            Level::Info => {
-                tracing::info!(target: "sluice::guest", handler = name, message_id = id, "{message}")
-            }
-            Level::Warn => {
-                tracing::warn!(target: "sluice::guest", handler = name, message_id = id, "{message}")
-            }
-            Level::Error => {
-                tracing::error!(target: "sluice::guest", handler = name, message_id = id, "{message}")
-            }
+            Level::Trace => line!(tracing::Level::TRACE),
+            Level::Debug => line!(tracing::Level::DEBUG),
+            Level::Info => line!(tracing::Level::INFO),
+            Level::Warn => line!(tracing::Level::WARN),
+            Level::Error => line!(tracing::Level::ERROR),
         }
     }
 }

@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use wasmtime::component::ResourceTable;
@@ -17,6 +18,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::broker::{KvStore, TopicStore};
 use crate::config::Capabilities;
+use crate::message::Delivery;
 use crate::message::NewMessage;
 
 pub mod budget;
@@ -54,6 +56,31 @@ pub struct HandlerContext {
     pub log: budget::LogLimiter,
 }
 
+/// How many stores (handler instances) are alive, over every handler.
+#[derive(Clone, Default)]
+pub struct LiveCount(Arc<AtomicUsize>);
+
+impl LiveCount {
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Count one more until the returned guard is dropped.
+    pub fn enter(&self) -> LiveInstance {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        LiveInstance(self.0.clone())
+    }
+}
+
+/// One store's place in a [`LiveCount`], given back when it is dropped.
+pub struct LiveInstance(Arc<AtomicUsize>);
+
+impl Drop for LiveInstance {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The data of one store: one instance of one handler.
 pub struct HostState {
     wasi: WasiCtx,
@@ -62,6 +89,10 @@ pub struct HostState {
     handler: Arc<HandlerContext>,
     /// The message being handled, for log lines.
     message_id: String,
+    /// Its queue, attempt and trace, for log lines.
+    queue: String,
+    attempt: u32,
+    trace_id: Option<crate::trace::TraceParent>,
     /// Publishes held until the outcome.
     held: Vec<NewMessage>,
     /// What is left of the current call's byte budget.
@@ -70,11 +101,14 @@ pub struct HostState {
     deadline: Instant,
     http: wasmtime_wasi_http::WasiHttpCtx,
     http_hooks: http::Hooks,
+    /// Counts this store among the live instances while it exists.
+    _live: LiveInstance,
 }
 
 impl HostState {
-    /// The state of a new store of `handler`, its memory capped at `memory_cap`.
-    pub fn new(handler: Arc<HandlerContext>, memory_cap: u64) -> Self {
+    /// The state of a new store of `handler`, its memory capped at
+    /// `memory_cap`, counted among the live instances by `live`.
+    pub fn new(handler: Arc<HandlerContext>, memory_cap: u64, live: LiveInstance) -> Self {
         // Nothing is granted: no preopened directories, no environment, no
         // arguments, no sockets. Clocks and randomness are allowed.
         let wasi = WasiCtx::builder()
@@ -99,19 +133,27 @@ impl HostState {
             limiter: MemoryLimiter::new(memory_cap),
             handler,
             message_id: String::new(),
+            queue: String::new(),
+            attempt: 0,
+            trace_id: None,
             held: Vec::new(),
             budget_left,
             deadline: Instant::now(),
             http,
             http_hooks,
+            _live: live,
         }
     }
 
-    /// Start a call for message `message_id` that must end by `deadline`:
-    /// whatever an earlier call held is dropped.
-    pub fn begin_call(&mut self, message_id: &str, deadline: Instant) {
+    /// Start a call for `delivery` that must end by `deadline`: whatever an
+    /// earlier call held is dropped.
+    pub fn begin_call(&mut self, delivery: &Delivery, deadline: Instant) {
         self.message_id.clear();
-        self.message_id.push_str(message_id);
+        self.message_id.push_str(&delivery.id);
+        self.queue.clear();
+        self.queue.push_str(&delivery.queue);
+        self.attempt = delivery.attempt;
+        self.trace_id = crate::trace::TraceParent::from_headers(&delivery.headers);
         self.held.clear();
         self.budget_left = self.handler.call_budget;
         self.deadline = deadline;

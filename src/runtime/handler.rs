@@ -39,12 +39,38 @@ pub enum Failure {
     PoolFull(String),
 }
 
+impl Failure {
+    /// The failure's kind in one word, as spans and metrics name it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Failure::Trap(_) => "trap",
+            Failure::Timeout(_) => "timeout",
+            Failure::MemoryLimit(_) => "memory_limit",
+            Failure::Instantiate(_) => "instantiate",
+            Failure::PoolFull(_) => "pool_full",
+        }
+    }
+}
+
 /// How one call of `handle` ended, with the publishes it asked for.
 #[derive(Debug)]
 pub struct Invocation {
     pub result: Result<Outcome, Failure>,
     /// Held publishes; empty unless the guest returned an outcome.
     pub publishes: Vec<NewMessage>,
+    /// How long making a fresh instance for the call took, if one was made.
+    pub instantiate: Option<Duration>,
+}
+
+impl Invocation {
+    /// A call that ended with `result`, on a warm instance.
+    pub fn ended(result: Result<Outcome, Failure>, publishes: Vec<NewMessage>) -> Self {
+        Invocation {
+            result,
+            publishes,
+            instantiate: None,
+        }
+    }
 }
 
 struct Warm {
@@ -128,19 +154,25 @@ impl Handler {
             InstanceMode::Reuse => self.warm.lock().expect("warm pool lock").pop(),
             InstanceMode::Fresh => None,
         };
+        let mut instantiate = None;
         let warm = match warm {
             Some(w) => w,
-            None => match self.instantiate(deadline).await {
-                Ok(w) => w,
-                Err(f) => return failed(f),
-            },
+            None => {
+                let started = Instant::now();
+                let made = self.instantiate(deadline).await;
+                instantiate = Some(started.elapsed());
+                match made {
+                    Ok(w) => w,
+                    Err(f) => return failed(f, instantiate),
+                }
+            }
         };
         let Warm {
             mut store,
             instance,
             uses,
         } = warm;
-        store.data_mut().begin_call(&delivery.id, deadline);
+        store.data_mut().begin_call(delivery, deadline);
         store.set_epoch_deadline(1);
         let message = to_wit(delivery);
         match self.call(&mut store, &instance, &message).await {
@@ -159,10 +191,11 @@ impl Handler {
                 Invocation {
                     result: Ok(from_wit(outcome)),
                     publishes,
+                    instantiate,
                 }
             }
             // The store, and with it a possibly broken instance, is dropped here.
-            Err(f) => failed(f),
+            Err(f) => failed(f, instantiate),
         }
     }
 
@@ -223,7 +256,11 @@ impl Handler {
     fn new_store(&self, deadline: Instant) -> Store<HostState> {
         let mut store = Store::new(
             self.runtime.engine(),
-            HostState::new(self.context.clone(), self.spec.memory),
+            HostState::new(
+                self.context.clone(),
+                self.spec.memory,
+                self.runtime.live_instance(),
+            ),
         );
         store.limiter(|s| s.limiter());
         let timeout = self.spec.timeout;
@@ -278,10 +315,11 @@ fn from_wit(outcome: wit::Outcome) -> Outcome {
     }
 }
 
-fn failed(f: Failure) -> Invocation {
+fn failed(f: Failure, instantiate: Option<Duration>) -> Invocation {
     Invocation {
         result: Err(f),
         publishes: Vec::new(),
+        instantiate,
     }
 }
 

@@ -9,7 +9,7 @@ use anyhow::Result;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use crate::host::HostState;
+use crate::host::{HostState, LiveCount, LiveInstance};
 use crate::wit;
 
 pub mod handler;
@@ -35,6 +35,7 @@ struct Inner {
     engine: Engine,
     linker: Linker<HostState>,
     _ticker: limits::EpochTicker,
+    live: LiveCount,
 }
 
 impl Runtime {
@@ -78,6 +79,7 @@ impl Runtime {
                 engine,
                 linker,
                 _ticker: ticker,
+                live: LiveCount::default(),
             }),
         })
     }
@@ -90,6 +92,16 @@ impl Runtime {
     /// The linker every handler is instantiated through.
     pub fn linker(&self) -> &Linker<HostState> {
         &self.inner.linker
+    }
+
+    /// Handler instances alive now, warm or in a call, of every handler.
+    pub fn instances_in_use(&self) -> usize {
+        self.inner.live.get()
+    }
+
+    /// Count one more live instance until the returned guard is dropped.
+    pub(crate) fn live_instance(&self) -> LiveInstance {
+        self.inner.live.enter()
     }
 
     pub(crate) fn compile(&self, bytes: &[u8]) -> wasmtime::Result<Component> {

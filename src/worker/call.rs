@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use super::{Dispatch, Jobs, Settled};
+use super::{Dispatch, Jobs, Observe, Settled};
 use crate::broker::Settlement;
 use crate::config::{HandlerSpec, KeySource, bounds};
 use crate::message::{Delivery, MAX_REASON, NewMessage, now_ms, truncate};
 use crate::policy::{self, Decision, Outcome};
 use crate::runtime::{Failure, Invocation};
+use crate::trace::{Attempt, AttemptFields};
 
 /// How long a message that found no free instance waits before it is
 /// delivered again.
@@ -23,6 +24,7 @@ pub(super) async fn call_loop(
     jobs: Jobs,
     dispatch: Arc<dyn Dispatch>,
     spec: Arc<HandlerSpec>,
+    observe: Observe,
     settle_tx: mpsc::UnboundedSender<Settled>,
     stop: watch::Receiver<bool>,
 ) {
@@ -40,17 +42,19 @@ pub(super) async fn call_loop(
                 key,
             }
         } else {
-            run_one(&*dispatch, &spec, delivery, key).await
+            run_one(&*dispatch, &spec, &observe, delivery, key).await
         };
         let _ = settle_tx.send((settlement, permit));
     }
 }
 
-/// Handle one delivery and say how it settles.
+/// Handle one delivery and say how it settles: one attempt, with its span
+/// and its metrics.
 async fn run_one(
     dispatch: &dyn Dispatch,
     spec: &HandlerSpec,
-    delivery: Delivery,
+    observe: &Observe,
+    mut delivery: Delivery,
     key: Option<String>,
 ) -> Settlement {
     // A delivery that waited so long that its lease would run out during the
@@ -66,15 +70,42 @@ async fn run_one(
             key,
         };
     }
-    let invocation = dispatch.invoke(&delivery).await;
-    settlement_for(
-        delivery,
-        invocation,
-        spec,
-        key,
-        dispatch.version(),
-        rand::random(),
-    )
+    let version = dispatch.version();
+    let fields = AttemptFields {
+        queue: &spec.queue,
+        handler: &spec.name,
+        version,
+        attempt: delivery.attempt,
+        message_id: &delivery.id.clone(),
+    };
+    let attempt = Attempt::begin(&mut delivery.headers, observe.exporter.as_deref(), fields);
+    let started = std::time::Instant::now();
+    if let Some(m) = &observe.metrics {
+        m.waited(&delivery, now_ms());
+    }
+    let mut invocation = dispatch.invoke(&delivery).await;
+    if let Some(m) = &observe.metrics {
+        m.called(
+            started.elapsed(),
+            &invocation.result,
+            invocation.instantiate,
+        );
+    }
+    attempt.stamp(&mut invocation.publishes);
+    let (outcome, error) = span_outcome(&invocation);
+    attempt.end(outcome, error.as_deref());
+    settlement_for(delivery, invocation, spec, key, version, rand::random())
+}
+
+/// How an attempt's span names its ending, and the error it records.
+fn span_outcome(invocation: &Invocation) -> (&'static str, Option<String>) {
+    match &invocation.result {
+        Ok(Outcome::Done) => ("done", None),
+        Ok(Outcome::Retry(_)) => ("retry", None),
+        Ok(Outcome::Reject(reason)) => ("reject", Some(reason.clone())),
+        Ok(Outcome::Failed) => ("failed", None),
+        Err(f) => (f.kind(), Some(f.to_string())),
+    }
 }
 
 /// The one place where an attempt's ending becomes a settlement.
@@ -222,7 +253,7 @@ mod tests {
     }
 
     fn ended(result: Result<Outcome, Failure>, publishes: Vec<NewMessage>) -> Invocation {
-        Invocation { result, publishes }
+        Invocation::ended(result, publishes)
     }
 
     fn settle(attempt: u32, result: Result<Outcome, Failure>) -> Settlement {

@@ -23,7 +23,10 @@ use crate::broker::{Queue, Settlement};
 use crate::config::HandlerSpec;
 use crate::error::chain;
 use crate::message::Delivery;
+use crate::metrics::HandlerMetrics;
+use crate::pause::Paused;
 use crate::runtime::{Handler, Invocation};
+use crate::trace::Exporter;
 
 mod admit;
 mod call;
@@ -68,12 +71,36 @@ pub struct WorkerStats {
     pub last_failure: std::sync::Mutex<Option<String>>,
 }
 
+/// What a worker reports to, and is steered by, besides its broker.
+#[derive(Clone)]
+pub struct Observe {
+    /// Its handler version's metrics; none when the host serves no metrics.
+    pub metrics: Option<HandlerMetrics>,
+    /// Where attempt spans go; none when spans are not exported (their
+    /// trace context is carried all the same).
+    pub exporter: Option<Arc<Exporter>>,
+    /// Whether its queue is paused.
+    pub paused: Paused,
+}
+
+impl Observe {
+    /// No metrics, no export, never paused.
+    pub fn none(queue: &str) -> Self {
+        Observe {
+            metrics: None,
+            exporter: None,
+            paused: Paused::never(queue),
+        }
+    }
+}
+
 /// The dispatch loop of one queue for one handler version: see the module.
 pub struct QueueWorker {
     pub broker: Arc<dyn Queue>,
     pub dispatch: Arc<dyn Dispatch>,
     pub spec: Arc<HandlerSpec>,
     pub stats: Arc<WorkerStats>,
+    pub observe: Observe,
 }
 
 /// A settlement and the prefetch permit its delivery holds until it is written.
@@ -90,9 +117,16 @@ impl QueueWorker {
         QueueWorker {
             broker,
             dispatch,
+            observe: Observe::none(&spec.queue),
             spec: Arc::new(spec),
             stats: Arc::new(WorkerStats::default()),
         }
+    }
+
+    /// The worker, reporting to and steered by `observe`.
+    pub fn with_observe(mut self, observe: Observe) -> Self {
+        self.observe = observe;
+        self
     }
 
     /// Serve the queue until `stop` turns true, then wait up to `grace` for
@@ -158,6 +192,7 @@ impl QueueWorker {
             spec.queue.clone(),
             settle_rx,
             self.stats.clone(),
+            self.observe.metrics.clone(),
         ));
         // A fixed set of callers rather than a task per message: a warm
         // instance answers in about a microsecond, less than a spawn costs.
@@ -168,6 +203,7 @@ impl QueueWorker {
                 jobs.clone(),
                 self.dispatch.clone(),
                 spec.clone(),
+                self.observe.clone(),
                 settle_tx.clone(),
                 stop.clone(),
             ));
@@ -183,7 +219,8 @@ impl QueueWorker {
         ));
     }
 
-    /// Lease batches for as long as the prefetch allows, until `stop`.
+    /// Lease batches for as long as the prefetch allows, and the queue is not
+    /// paused, until `stop`.
     async fn read_loop(
         &self,
         leases: &Arc<Semaphore>,
@@ -208,6 +245,14 @@ impl QueueWorker {
                 && let Ok(more) = leases.clone().try_acquire_many_owned(more as u32)
             {
                 permits.merge(more);
+            }
+            if self.observe.paused.is_paused() {
+                // Lease nothing until resumed: messages wait as they are.
+                drop(permits);
+                tokio::select! {
+                    () = self.observe.paused.resumed() => continue,
+                    _ = stop.wait_for(|s| *s) => return,
+                }
             }
             let want = permits.num_permits();
             let batch = match self.broker.receive(&spec.queue, want, spec.lease).await {

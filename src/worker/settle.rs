@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use super::{Settled, WorkerStats};
 use crate::broker::{BrokerError, Queue, Settlement};
 use crate::error::chain;
+use crate::metrics::HandlerMetrics;
 
 /// Most settlements written in one broker call.
 const MAX_SETTLE_BATCH: usize = 1024;
@@ -32,6 +33,7 @@ pub(super) async fn settle_loop(
     name: String,
     mut rx: mpsc::UnboundedReceiver<Settled>,
     stats: Arc<WorkerStats>,
+    metrics: Option<HandlerMetrics>,
 ) {
     let mut batch = Vec::new();
     let mut permits = Vec::new();
@@ -48,6 +50,9 @@ pub(super) async fn settle_loop(
             }
         }
         write(&*broker, &name, &batch).await;
+        if let Some(m) = &metrics {
+            batch.iter().for_each(|s| m.settled(s));
+        }
         stats
             .in_flight
             .fetch_sub(batch.len() as u64, Ordering::Relaxed);

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::{Dispatch, QueueWorker, WorkerStats};
+use super::{Dispatch, Observe, QueueWorker, WorkerStats};
 use crate::broker::Queue;
 use crate::config::HandlerSpec;
 
@@ -25,6 +25,7 @@ pub async fn supervise(
     dispatch: Arc<dyn Dispatch>,
     spec: HandlerSpec,
     stats: Arc<WorkerStats>,
+    observe: Observe,
     mut stop: watch::Receiver<bool>,
     grace: Duration,
 ) {
@@ -35,6 +36,7 @@ pub async fn supervise(
             dispatch: dispatch.clone(),
             spec: Arc::new(spec.clone()),
             stats: stats.clone(),
+            observe: observe.clone(),
         };
         let died = match tokio::spawn(worker.serve(stop.clone(), grace)).await {
             Ok(()) => return,
@@ -121,10 +123,7 @@ mod tests {
             if self.0.fetch_add(1, Ordering::Relaxed) == 0 {
                 panic!("boom");
             }
-            Invocation {
-                result: Ok(Outcome::Done),
-                publishes: Vec::new(),
-            }
+            Invocation::ended(Ok(Outcome::Done), Vec::new())
         }
         fn version(&self) -> &str {
             "v1"
@@ -142,8 +141,9 @@ mod tests {
         let task = tokio::spawn(supervise(
             queue.clone(),
             Arc::new(PanicsOnce::default()),
-            spec,
+            spec.clone(),
             stats.clone(),
+            Observe::none(&spec.queue),
             stop_rx,
             Duration::from_secs(1),
         ));

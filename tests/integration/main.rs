@@ -46,9 +46,12 @@ macro_rules! on_every_backend {
     };
 }
 
+mod admin;
 mod bad_input;
+mod bulk_send;
 mod conformance;
 mod crash;
+mod dashboard;
 mod faults;
 mod hostile;
 mod http;
@@ -66,3 +69,4 @@ mod shutdown;
 mod sqlite;
 mod support;
 mod topics;
+mod traces;

@@ -117,6 +117,8 @@ fn scheduled_redrive_until_max_redrives(env: Env) {
             max_component_size: sluice::files::DEFAULT_MAX_COMPONENT_SIZE,
             cache: None,
             watch: false,
+            admin: None,
+            otlp_endpoint: None,
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let host = tokio::spawn(sluice::app::run_with_clock(

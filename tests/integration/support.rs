@@ -100,6 +100,11 @@ impl Env {
             cmd.arg("--broker").arg(self.broker_url());
         }
         cmd.args(args).current_dir(self.dir.path());
+        // Hosts run side by side: each serves its admin endpoint on a port
+        // of its own, unless the test chooses one.
+        if args.first() == Some(&"run") && !args.contains(&"--admin") {
+            cmd.args(["--admin", "127.0.0.1:0"]);
+        }
         cmd.env("SLUICE_LOG", "info").env("NO_COLOR", "1");
         // The compiled cache and its key are the environment's own: no test
         // sees another's entries, and none writes to the user's home.

@@ -40,6 +40,8 @@ const GROUP: &str = "sluice";
 const QUEUES_KEY: &str = "sluice:queues";
 /// Each host's handler statuses, as JSON by host.
 const STATUS_KEY: &str = "sluice:handlers";
+/// The set of paused queue names.
+const PAUSED_KEY: &str = "sluice:paused";
 /// How long a receive blocks on an empty stream.
 const BLOCK: Duration = Duration::from_millis(50);
 /// How often a receiver promotes due messages and reclaims expired leases.

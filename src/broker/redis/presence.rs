@@ -1,13 +1,14 @@
 //! The presence role on Redis: a queue's counts from its keys in one
-//! `STATS` script, the known queues in the set `sluice:queues`, and each
-//! host's handler statuses as one JSON field of the hash `sluice:handlers`.
+//! `STATS` script, the known queues in the set `sluice:queues`, each host's
+//! handler statuses as one JSON field of the hash `sluice:handlers`, and the
+//! paused queues in the set `sluice:paused`.
 
 use async_trait::async_trait;
 use redis::Value;
 
 use super::codec::{array, int, text};
 use super::conn::classify;
-use super::{GROUP, QUEUES_KEY, QueueKeys, RedisBroker, STATUS_KEY, scripts};
+use super::{GROUP, PAUSED_KEY, QUEUES_KEY, QueueKeys, RedisBroker, STATUS_KEY, scripts};
 use crate::broker::codec::{decode_statuses, encode_statuses};
 use crate::broker::{HandlerStatus, Presence, QueueStats, Result};
 
@@ -27,7 +28,16 @@ impl Presence for RedisBroker {
             .invoke_async(&mut conn)
             .await
             .map_err(classify)?;
-        Ok(parse_stats(queue, &reply))
+        let paused: bool = redis::cmd("SISMEMBER")
+            .arg(PAUSED_KEY)
+            .arg(queue)
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        Ok(QueueStats {
+            paused,
+            ..parse_stats(queue, &reply)
+        })
     }
 
     async fn stats(&self) -> Result<Vec<QueueStats>> {
@@ -43,6 +53,36 @@ impl Presence for RedisBroker {
             out.push(self.queue_stats(&q).await?);
         }
         Ok(out)
+    }
+
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<()> {
+        let mut conn = self.conn.clone();
+        if paused {
+            // Listed by `stats` even before its first message.
+            redis::cmd("SADD")
+                .arg(QUEUES_KEY)
+                .arg(queue)
+                .query_async::<()>(&mut conn)
+                .await
+                .map_err(classify)?;
+        }
+        redis::cmd(if paused { "SADD" } else { "SREM" })
+            .arg(PAUSED_KEY)
+            .arg(queue)
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(classify)
+    }
+
+    async fn paused(&self) -> Result<Vec<String>> {
+        let mut conn = self.conn.clone();
+        let mut queues: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(PAUSED_KEY)
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        queues.sort();
+        Ok(queues)
     }
 
     async fn put_handler_statuses(&self, host: &str, statuses: Vec<HandlerStatus>) -> Result<()> {

@@ -9,7 +9,9 @@ use rusqlite::Connection;
 use super::{dead, kv, presence, queue, topics};
 
 /// The schema version this build writes (`PRAGMA user_version`).
-pub(super) const VERSION: i64 = 3;
+/// Version 4 added the `paused` table: a host of an earlier version would
+/// not honour a pause, so it must not open the file.
+pub(super) const VERSION: i64 = 4;
 
 /// Columns added after their table was first released: table, column,
 /// definition. The definitions must have defaults, since rows exist.

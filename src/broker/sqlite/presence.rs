@@ -1,6 +1,6 @@
 //! The presence role on SQLite: queue counts computed from `messages`,
-//! `counters` and `dead`, and each host's handler statuses in
-//! `handler_status`, one JSON row per handler.
+//! `counters` and `dead`, each host's handler statuses in `handler_status`,
+//! one JSON row per handler, and the paused queues in `paused`.
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -16,6 +16,10 @@ CREATE TABLE IF NOT EXISTS handler_status (
     handler TEXT NOT NULL,
     status  TEXT NOT NULL,
     PRIMARY KEY (host, handler)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS paused (
+    queue     TEXT PRIMARY KEY,
+    paused_at INTEGER NOT NULL
 ) WITHOUT ROWID;
 ";
 
@@ -50,6 +54,37 @@ impl Presence for SqliteBroker {
                     .map_err(classify)?;
             }
             Ok(())
+        })
+        .await
+    }
+
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<()> {
+        let queue = queue.to_string();
+        self.call(move |conn| {
+            if paused {
+                // Listed by `stats` even before its first message.
+                conn.execute("INSERT OR IGNORE INTO queues (queue) VALUES (?1)", [&queue])
+                    .map_err(classify)?;
+                conn.execute(
+                    "INSERT OR IGNORE INTO paused (queue, paused_at) VALUES (?1, ?2)",
+                    params![queue, now_ms() as i64],
+                )
+            } else {
+                conn.execute("DELETE FROM paused WHERE queue = ?1", [&queue])
+            }
+            .map_err(classify)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn paused(&self) -> Result<Vec<String>> {
+        self.read(|conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT queue FROM paused ORDER BY queue")
+                .map_err(classify)?;
+            let rows = stmt.query_map([], |r| r.get(0)).map_err(classify)?;
+            rows.collect::<rusqlite::Result<_>>().map_err(classify)
         })
         .await
     }
@@ -105,6 +140,9 @@ fn stats(conn: &Connection, only: Option<&str>) -> Result<Vec<QueueStats>> {
     let mut dead = conn
         .prepare_cached("SELECT COUNT(*) FROM dead WHERE queue = ?1")
         .map_err(classify)?;
+    let mut paused = conn
+        .prepare_cached("SELECT COUNT(*) FROM paused WHERE queue = ?1")
+        .map_err(classify)?;
     let mut out = Vec::with_capacity(queues.len());
     for queue in queues {
         let mut s = QueueStats::empty(&queue);
@@ -125,6 +163,7 @@ fn stats(conn: &Connection, only: Option<&str>) -> Result<Vec<QueueStats>> {
             [s.done, s.duplicates, s.retried, s.lost_leases] = c;
         }
         s.dead = n(dead.query_row([&queue], |r| r.get(0)).map_err(classify)?);
+        s.paused = n(paused.query_row([&queue], |r| r.get(0)).map_err(classify)?) > 0;
         out.push(s);
     }
     Ok(out)

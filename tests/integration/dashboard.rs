@@ -1,0 +1,234 @@
+//! The dashboard in a real headless Chromium, driven over WebDriver
+//! (chromedriver): it shows a dead letter; replay, pressed in the page,
+//! puts it back and the queue handles it.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::admin::{AdminHost, free_port};
+use crate::support::{Env, wait_until};
+
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const CHROMIUM: &str = "/usr/bin/chromium";
+/// The W3C WebDriver key of an element reference.
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// A chromedriver on a free port, and one browser session in it; both end
+/// when dropped.
+struct Browser {
+    driver: Child,
+    base: String,
+    session: String,
+    agent: ureq::Agent,
+}
+
+impl Browser {
+    fn start(scratch: &std::path::Path) -> Browser {
+        for tool in [CHROMEDRIVER, CHROMIUM] {
+            assert!(
+                std::path::Path::new(tool).exists(),
+                "{tool} is missing: install it with apt-get install -y chromium chromium-driver (scripts/test does)"
+            );
+        }
+        let port = free_port();
+        let driver = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting chromedriver");
+        let base = format!("http://127.0.0.1:{port}");
+        // A first start of Chromium on a cold machine takes a while.
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(90)))
+            .build()
+            .into();
+        wait_until(Duration::from_secs(30), "chromedriver is ready", || {
+            agent
+                .get(format!("{base}/status"))
+                .call()
+                .ok()
+                .and_then(|mut r| r.body_mut().read_json::<Value>().ok())
+                .is_some_and(|v| v["value"]["ready"] == true)
+        });
+        let profile = scratch.join("chromium-profile");
+        // Chromium's own background traffic is turned off: the page under
+        // test is all it loads.
+        let args = [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1400,1100",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([format!("--user-data-dir={}", profile.display())])
+        .collect::<Vec<_>>();
+        let mut b = Browser {
+            driver,
+            base,
+            session: String::new(),
+            agent,
+        };
+        let created = b.call(
+            "POST",
+            "/session",
+            json!({ "capabilities": { "alwaysMatch": {
+                "browserName": "chrome",
+                "goog:chromeOptions": { "binary": CHROMIUM, "args": args },
+            }}}),
+        );
+        b.session = created["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {created}"))
+            .to_string();
+        b
+    }
+
+    /// One WebDriver command; its `value`.
+    fn call(&self, method: &str, path: &str, body: Value) -> Value {
+        let url = format!("{}{path}", self.base);
+        let resp = match method {
+            "POST" => self.agent.post(&url).send_json(&body),
+            "GET" => self.agent.get(&url).call(),
+            "DELETE" => self.agent.delete(&url).call(),
+            _ => unreachable!(),
+        };
+        let mut resp = resp.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let v: Value = resp.body_mut().read_json().unwrap();
+        v["value"].clone()
+    }
+
+    fn session_call(&self, method: &str, path: &str, body: Value) -> Value {
+        self.call(method, &format!("/session/{}{path}", self.session), body)
+    }
+
+    fn open(&self, url: &str) {
+        self.session_call("POST", "/url", json!({ "url": url }));
+    }
+
+    /// The first element `css` selects, once there is one.
+    fn find(&self, css: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let v = self.session_call(
+                "POST",
+                "/element",
+                json!({ "using": "css selector", "value": css }),
+            );
+            if let Some(id) = v[ELEMENT].as_str() {
+                return id.to_string();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no element {css:?} in the page: {v}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn text(&self, css: &str) -> String {
+        let id = self.find(css);
+        let v = self.session_call("GET", &format!("/element/{id}/text"), json!({}));
+        v.as_str().unwrap_or_default().to_string()
+    }
+
+    fn click(&self, css: &str) {
+        let id = self.find(css);
+        self.session_call("POST", &format!("/element/{id}/click"), json!({}));
+    }
+
+    /// A PNG of the window.
+    fn screenshot(&self) -> Vec<u8> {
+        use base64::Engine as _;
+        let v = self.session_call("GET", "/screenshot", json!({}));
+        base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().expect("a screenshot"))
+            .unwrap()
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if !self.session.is_empty() {
+            let _ = self
+                .agent
+                .delete(format!("{}/session/{}", self.base, self.session))
+                .call();
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+#[test]
+fn a_dead_letter_replayed_from_the_dashboard_is_handled() {
+    let env = Env::new();
+    // A handler that traps on every message: the message dies.
+    env.deploy("hostile_trap", "work", Some("[retry]\nmax_attempts = 1\n"));
+    env.deploy(
+        "orders",
+        "orders",
+        Some("[config]\nfollowup_queue = \"shipping\"\n"),
+    );
+    env.send("work", r#"{"order": 7}"#, &[]);
+    let host = AdminHost::start(&env, "host");
+    wait_until(Duration::from_secs(30), "a dead letter", || {
+        env.count("work", "dead") == 1
+    });
+    // The fix is deployed: hello takes the trapping handler's place.
+    env.deploy("hello", "work", Some("[retry]\nmax_attempts = 1\n"));
+    let fixed = hello_version();
+    wait_until(Duration::from_secs(30), "the new version serves", || {
+        host.json("/api/handlers").to_string().contains(&fixed)
+    });
+
+    let browser = Browser::start(env.dir.path());
+    browser.open(&format!("{}/", host.base));
+    // The queue is listed with its dead letter, and the browser shows it.
+    assert_eq!(browser.text("tr[data-queue=\"work\"] td.dead"), "1");
+    let row = browser.text("tr.dead-letter");
+    assert!(row.contains("trap") || row.contains("attempt"), "{row}");
+    browser.click("tr.dead-letter button.show");
+    let shown = browser.text("#dead-shown");
+    assert!(shown.contains(r#"payload: {"order": 7}"#), "{shown}");
+    if let Ok(path) = std::env::var("SLUICE_DASHBOARD_SCREENSHOT") {
+        std::fs::write(&path, browser.screenshot()).unwrap();
+    }
+    let png = browser.screenshot();
+    assert_eq!(&png[1..4], b"PNG", "a PNG screenshot");
+
+    // Replay, pressed in the page: the queue handles it this time.
+    browser.click("tr.dead-letter button.replay");
+    wait_until(
+        Duration::from_secs(30),
+        "the replayed message is handled",
+        || env.count("work", "done") == 1,
+    );
+    assert_eq!(env.count("work", "dead"), 0);
+    let start = Instant::now();
+    while browser.text("tr[data-queue=\"work\"] td.done") != "1" {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the page never showed it done"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(browser.text("#message").contains("replayed 1"));
+    assert_eq!(browser.text("tr[data-queue=\"work\"] td.dead"), "0");
+}
+
+/// The content hash of the hello guest, as the host names its version.
+fn hello_version() -> String {
+    let bytes = std::fs::read(crate::support::guest("hello")).unwrap();
+    sluice::loader::content_hash(&bytes)
+}
