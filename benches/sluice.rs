@@ -20,9 +20,11 @@ use async_trait::async_trait;
 use sluice::broker::{Broker, RedisBroker, SqliteBroker};
 use sluice::config::{HandlerSpec, InstanceMode};
 use sluice::message::{DEFAULT_MAX_MESSAGE_SIZE, Delivery, NewMessage};
+use sluice::metrics::Metrics;
+use sluice::pause::Paused;
 use sluice::policy::Outcome;
 use sluice::runtime::{Handler, Invocation, Runtime};
-use sluice::worker::{Dispatch, QueueWorker};
+use sluice::worker::{Dispatch, Observe, QueueWorker};
 use tokio::sync::watch;
 
 struct Args {
@@ -191,7 +193,7 @@ async fn bench_languages(runtime: &Runtime, messages: usize) {
         let broker: Arc<dyn Broker> =
             Arc::new(SqliteBroker::open(dir.path().join("bench.db")).unwrap());
         let label = format!("sqlite {lang} hello {}", format!("{mode:?}").to_lowercase());
-        let rate = drain(&label, broker, handler, spec, messages).await;
+        let rate = drain(&label, broker, handler, spec, messages, Observed::Off).await;
         rows.push((lang, bytes.len(), compile, fresh, reuse, mode, rate));
     }
     println!("lang    size        compile   fresh µs/msg  reuse µs/msg  drain (mode)");
@@ -231,12 +233,22 @@ impl Dispatch for NativeNoop {
 /// draining them. Returns messages per second. Besides the rate it prints the
 /// CPU this process spent per message (the sluice side) and, on Redis, what
 /// the server did per message: commands, CPU, and the costliest commands.
+/// What a drain's worker reports to, as a host with its admin endpoint on
+/// would: nothing, metrics, or metrics scraped every second meanwhile.
+#[derive(Clone, Copy, PartialEq)]
+enum Observed {
+    Off,
+    Metrics,
+    Scraped,
+}
+
 async fn drain(
     label: &str,
     broker: Arc<dyn Broker>,
     dispatch: Arc<dyn Dispatch>,
     spec: HandlerSpec,
     n: usize,
+    observed: Observed,
 ) -> f64 {
     let payload = vec![b'x'; 100];
     for chunk in (0..n).collect::<Vec<_>>().chunks(5000) {
@@ -249,7 +261,31 @@ async fn drain(
     let url = REDIS_URL.with(|u| u.borrow().clone());
     let before = RedisSnapshot::take(&url).await;
     let cpu_before = process_cpu();
-    let worker = QueueWorker::new(broker.clone(), dispatch, spec);
+    let metrics = (observed != Observed::Off).then(Metrics::new);
+    let worker = match &metrics {
+        None => QueueWorker::new(broker.clone(), dispatch, spec),
+        Some(m) => {
+            let observe = Observe {
+                metrics: Some(m.handler("hello", dispatch.version())),
+                exporter: None,
+                paused: Paused::never("hello"),
+            };
+            QueueWorker::new(m.metered(broker.clone()), dispatch, spec).with_observe(observe)
+        }
+    };
+    let scraper = match (&metrics, observed) {
+        (Some(m), Observed::Scraped) => {
+            let (m, broker) = (m.clone(), broker.clone());
+            Some(tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let text = m.encode(&*broker, 0).await.unwrap();
+                    assert!(text.contains("sluice_messages_done_total"));
+                }
+            }))
+        }
+        _ => None,
+    };
     let stats = worker.stats.clone();
     let (stop_tx, stop_rx) = watch::channel(false);
     let start = Instant::now();
@@ -262,6 +298,9 @@ async fn drain(
     let after = RedisSnapshot::take(&url).await;
     let _ = stop_tx.send(true);
     task.await.unwrap();
+    if let Some(s) = scraper {
+        s.abort();
+    }
     let q = broker.queue_stats("hello").await.unwrap();
     assert_eq!(
         (q.done, q.pending()),
@@ -454,9 +493,11 @@ async fn drains(
     base: Settings,
     mut fresh_broker: impl AsyncFnMut() -> Arc<dyn Broker>,
 ) {
-    // SLUICE_BENCH_MODES=reuse (say) runs only some of the three, e.g. to
-    // profile one; the ratios need the native one.
-    let modes = std::env::var("SLUICE_BENCH_MODES").unwrap_or("native,fresh,reuse".into());
+    // SLUICE_BENCH_MODES=reuse (say) runs only some of them, e.g. to profile
+    // one; the ratios need the native one. `metrics` and `scraped` are reuse
+    // with metrics on (and scraped every second), against plain reuse.
+    let modes =
+        std::env::var("SLUICE_BENCH_MODES").unwrap_or("native,fresh,reuse,metrics,scraped".into());
     let wanted = |m: &str| modes.split(',').any(|w| w.trim() == m);
     let spec = tuned(
         load(runtime, "hello", InstanceMode::Fresh).spec.clone(),
@@ -469,7 +510,17 @@ async fn drains(
     let mut native = None;
     if wanted("native") {
         let label = format!("{name} native no-op");
-        native = Some(drain(&label, fresh_broker().await, Arc::new(NativeNoop), spec, n).await);
+        native = Some(
+            drain(
+                &label,
+                fresh_broker().await,
+                Arc::new(NativeNoop),
+                spec,
+                n,
+                Observed::Off,
+            )
+            .await,
+        );
     }
     let mut rates = Vec::new();
     for mode in [InstanceMode::Fresh, InstanceMode::Reuse] {
@@ -482,12 +533,42 @@ async fn drains(
         let label = format!("{name} hello {mode_name}");
         rates.push((
             label.clone(),
-            drain(&label, fresh_broker().await, handler, spec, n).await,
+            drain(
+                &label,
+                fresh_broker().await,
+                handler,
+                spec,
+                n,
+                Observed::Off,
+            )
+            .await,
         ));
     }
     if let Some(native) = native {
-        for (label, rate) in rates {
+        for (label, rate) in &rates {
             println!("ratio   {label:<28} {:>9.2} × native", rate / native);
+        }
+    }
+    let reuse = rates
+        .iter()
+        .find(|(l, _)| l.ends_with("reuse"))
+        .map(|r| r.1);
+    for (mode, observed) in [
+        ("metrics", Observed::Metrics),
+        ("scraped", Observed::Scraped),
+    ] {
+        if !wanted(mode) {
+            continue;
+        }
+        let handler = Arc::new(load(runtime, "hello", InstanceMode::Reuse));
+        let spec = tuned(handler.spec.clone(), base);
+        let label = format!("{name} hello reuse+{mode}");
+        let rate = drain(&label, fresh_broker().await, handler, spec, n, observed).await;
+        if let Some(reuse) = reuse {
+            println!(
+                "ratio   {label:<28} {:>9.3} × reuse without metrics",
+                rate / reuse
+            );
         }
     }
 }

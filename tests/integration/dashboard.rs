@@ -33,22 +33,31 @@ impl Browser {
             );
         }
         let port = free_port();
+        use std::os::unix::process::CommandExt as _;
         let driver = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
+            // Its own process group, so the browsers it starts end with it.
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("starting chromedriver");
-        let base = format!("http://127.0.0.1:{port}");
-        // A first start of Chromium on a cold machine takes a while.
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(90)))
-            .build()
-            .into();
+        // From here on, dropping it (a failed assertion too) ends the
+        // driver and any browser it started.
+        let mut b = Browser {
+            driver,
+            base: format!("http://127.0.0.1:{port}"),
+            session: String::new(),
+            // A first start of Chromium on a cold machine takes a while.
+            agent: ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(Duration::from_secs(90)))
+                .build()
+                .into(),
+        };
         wait_until(Duration::from_secs(30), "chromedriver is ready", || {
-            agent
-                .get(format!("{base}/status"))
+            b.agent
+                .get(format!("{}/status", b.base))
                 .call()
                 .ok()
                 .and_then(|mut r| r.body_mut().read_json::<Value>().ok())
@@ -73,12 +82,6 @@ impl Browser {
         .map(|a| a.to_string())
         .chain([format!("--user-data-dir={}", profile.display())])
         .collect::<Vec<_>>();
-        let mut b = Browser {
-            driver,
-            base,
-            session: String::new(),
-            agent,
-        };
         let created = b.call(
             "POST",
             "/session",
@@ -165,7 +168,8 @@ impl Drop for Browser {
                 .delete(format!("{}/session/{}", self.base, self.session))
                 .call();
         }
-        let _ = self.driver.kill();
+        // The driver and every browser it started.
+        unsafe { libc::kill(-(self.driver.id() as i32), libc::SIGKILL) };
         let _ = self.driver.wait();
     }
 }
