@@ -529,5 +529,6 @@ on_every_backend!(broker:
 // the same backends.
 mod keys;
 mod kv;
+mod pause;
 mod replay;
 mod topics;

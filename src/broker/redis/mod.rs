@@ -36,7 +36,8 @@ use reader::Reader;
 
 /// The consumer group every host joins.
 const GROUP: &str = "sluice";
-/// The set of known queue names (one of two keys without a queue's hash tag).
+/// The set of known queue names (one of three keys without a queue's hash
+/// tag, with [`STATUS_KEY`] and [`PAUSED_KEY`]).
 const QUEUES_KEY: &str = "sluice:queues";
 /// Each host's handler statuses, as JSON by host.
 const STATUS_KEY: &str = "sluice:handlers";
