@@ -77,15 +77,7 @@ pub async fn run_with_clock(
     shutdown: impl Future<Output = ()>,
     clock: Arc<dyn Clock>,
 ) -> Result<()> {
-    let runtime = Runtime::new()?;
-    let cache = match &options.cache {
-        Some(files) => CompileCache::on_disk(&runtime, files, &options.handlers)?,
-        None => CompileCache::in_memory(&runtime),
-    };
-    let limits = LoadLimits {
-        max_message_size: options.max_message_size,
-        max_component_size: options.max_component_size,
-    };
+    let loader = loader(&options)?;
     // The admin endpoint binds first: a taken address stops the host
     // before it leases anything.
     let listener = match &options.admin {
@@ -93,7 +85,6 @@ pub async fn run_with_clock(
         None => None,
     };
     let observers = observers(listener.is_some(), options.otlp_endpoint.as_deref())?;
-    let loader = Loader::new(runtime, cache, limits);
     let registry = Arc::new(
         Registry::new(loader, broker.clone(), options.handlers.clone())
             .with_observers(observers.clone()),
@@ -108,13 +99,7 @@ pub async fn run_with_clock(
     } else {
         None
     };
-    // Workers start paused if their queue is: read the pauses first.
-    match broker.paused().await {
-        Ok(paused) => observers.pauses.set(paused),
-        Err(e) => {
-            tracing::warn!(error = %chain(&e), "cannot read which queues are paused; taking none for paused until the broker answers")
-        }
-    }
+    read_pauses(&*broker, &observers.pauses).await;
     start(&*broker, &registry).await?;
     if let Some(a) = &admin {
         a.admin.mark_started();
@@ -141,6 +126,31 @@ pub async fn run_with_clock(
         let _ = tokio::task::spawn_blocking(move || exporter.shutdown()).await;
     }
     Ok(())
+}
+
+/// The loader of handler files: a new engine, the compiled cache.
+fn loader(options: &RunOptions) -> Result<Loader> {
+    let runtime = Runtime::new()?;
+    let cache = match &options.cache {
+        Some(files) => CompileCache::on_disk(&runtime, files, &options.handlers)?,
+        None => CompileCache::in_memory(&runtime),
+    };
+    let limits = LoadLimits {
+        max_message_size: options.max_message_size,
+        max_component_size: options.max_component_size,
+    };
+    Ok(Loader::new(runtime, cache, limits))
+}
+
+/// Take the paused queues from the broker before any worker starts, so
+/// that workers of a paused queue start paused.
+async fn read_pauses(broker: &dyn Broker, board: &PauseBoard) {
+    match broker.paused().await {
+        Ok(paused) => board.set(paused),
+        Err(e) => {
+            tracing::warn!(error = %chain(&e), "cannot read which queues are paused; taking none for paused until the broker answers")
+        }
+    }
 }
 
 /// What the workers report to: metrics when the admin endpoint serves them,

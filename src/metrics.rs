@@ -104,6 +104,12 @@ impl Metrics {
     }
 
     fn register(&mut self) {
+        self.register_handler_metrics();
+        self.register_queue_and_host_metrics();
+    }
+
+    /// Counters and histograms by handler and version.
+    fn register_handler_metrics(&mut self) {
         let r = &mut self.registry;
         let counters = [
             (
@@ -150,6 +156,12 @@ impl Metrics {
         for (name, help, family) in counters {
             r.register(name, help, family.clone());
         }
+        self.register_histograms();
+    }
+
+    /// Histograms by handler and version.
+    fn register_histograms(&mut self) {
+        let r = &mut self.registry;
         r.register_with_unit(
             "handle_duration",
             "Time from the start of an attempt to its outcome, by handler and version",
@@ -168,6 +180,11 @@ impl Metrics {
             Unit::Seconds,
             self.queue_wait_seconds.clone(),
         );
+    }
+
+    /// Gauges by queue, and the host's own metrics.
+    fn register_queue_and_host_metrics(&mut self) {
+        let r = &mut self.registry;
         let gauges = [
             ("queue_ready", "Messages ready to be leased", &self.ready),
             (

@@ -89,14 +89,7 @@ pub async fn dlq(ctx: &Context, args: DlqArgs) -> Result<()> {
             older_than,
             limit,
         } => {
-            let selector = ReplaySelector::by_hand(
-                ids,
-                older_than.as_deref(),
-                limit.as_deref(),
-                now_ms(),
-                ["--older-than", "--limit"],
-            )
-            .map_err(anyhow::Error::msg)?;
+            let selector = replay_selector(ids, older_than, limit)?;
             replay(ctx, &*broker, &queue, &selector).await?;
         }
         DlqAction::Purge { queue } => {
@@ -105,6 +98,23 @@ pub async fn dlq(ctx: &Context, args: DlqArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// What `dlq replay` takes, from its options as typed; a bad value is one
+/// line naming the flag.
+fn replay_selector(
+    ids: Vec<String>,
+    older_than: Option<String>,
+    limit: Option<String>,
+) -> Result<ReplaySelector> {
+    ReplaySelector::by_hand(
+        ids,
+        older_than.as_deref(),
+        limit.as_deref(),
+        now_ms(),
+        ["--older-than", "--limit"],
+    )
+    .map_err(anyhow::Error::msg)
 }
 
 /// `dlq replay`: an error when some of the ids asked for were not replayed.

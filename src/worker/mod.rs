@@ -232,27 +232,16 @@ impl QueueWorker {
         let mut broker_backoff = Duration::from_millis(50);
         let floor = batch_floor(spec.prefetch);
         loop {
-            let mut permits = tokio::select! {
-                p = leases.clone().acquire_many_owned(floor) => p.expect("semaphore never closes"),
-                _ = stop.wait_for(|s| *s) => return,
+            let Some(mut permits) = take_permits(leases, floor, stop).await else {
+                return;
             };
-            // What else the prefetch allows now, in one go: only this loop
-            // takes permits, so what is available stays available.
-            let more = leases
-                .available_permits()
-                .min(MAX_BATCH.saturating_sub(permits.num_permits()));
-            if more > 0
-                && let Ok(more) = leases.clone().try_acquire_many_owned(more as u32)
-            {
-                permits.merge(more);
-            }
             if self.observe.paused.is_paused() {
                 // Lease nothing until resumed: messages wait as they are.
                 drop(permits);
-                tokio::select! {
-                    () = self.observe.paused.resumed() => continue,
-                    _ = stop.wait_for(|s| *s) => return,
+                if self.resumed_or_stopped(stop).await {
+                    return;
                 }
+                continue;
             }
             let want = permits.num_permits();
             let batch = match self.broker.receive(&spec.queue, want, spec.lease).await {
@@ -289,6 +278,40 @@ impl QueueWorker {
             let _ = leased_tx.send(leased);
         }
     }
+}
+
+impl QueueWorker {
+    /// Wait until the queue is resumed; true if `stop` came first.
+    async fn resumed_or_stopped(&self, stop: &mut watch::Receiver<bool>) -> bool {
+        tokio::select! {
+            () = self.observe.paused.resumed() => false,
+            _ = stop.wait_for(|s| *s) => true,
+        }
+    }
+}
+
+/// Permits for the next batch: at least `floor` (waiting for them), and
+/// whatever else the prefetch allows now, up to [`MAX_BATCH`]. `None` once
+/// `stop` turns true.
+async fn take_permits(
+    leases: &Arc<Semaphore>,
+    floor: u32,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<OwnedSemaphorePermit> {
+    let mut permits = tokio::select! {
+        p = leases.clone().acquire_many_owned(floor) => p.expect("semaphore never closes"),
+        _ = stop.wait_for(|s| *s) => return None,
+    };
+    // Only the reader takes permits, so what is available stays available.
+    let more = leases
+        .available_permits()
+        .min(MAX_BATCH.saturating_sub(permits.num_permits()));
+    if more > 0
+        && let Ok(more) = leases.clone().try_acquire_many_owned(more as u32)
+    {
+        permits.merge(more);
+    }
+    Some(permits)
 }
 
 /// How many deliveries one receive asks for at least, so that a busy queue
