@@ -106,7 +106,8 @@ fn cluster_nodes_restarted_mid_drain_lose_nothing() {
     let log = env.dir.path().join("host.log");
     let mut host = env.spawn_run(&log);
     wait_until(Duration::from_secs(60), "some orders done", || {
-        env.count("orders", "done") > 200
+        env.count_if_reachable("orders", "done")
+            .is_some_and(|done| done > 200)
     });
     let Backend::Cluster(cluster) = &mut env.backend else {
         unreachable!()
@@ -115,9 +116,14 @@ fn cluster_nodes_restarted_mid_drain_lose_nothing() {
         node.restart();
         std::thread::sleep(Duration::from_millis(300));
     }
-    let done_after_restarts = env.count("orders", "done");
+    let mut done_after_restarts = None;
+    wait_until(Duration::from_secs(30), "stats after the restarts", || {
+        done_after_restarts = env.count_if_reachable("orders", "done");
+        done_after_restarts.is_some()
+    });
+    let done_after_restarts = done_after_restarts.unwrap();
     wait_until(Duration::from_secs(120), "every order done", || {
-        env.count("orders", "done") == MESSAGES as u64
+        env.count_if_reachable("orders", "done") == Some(MESSAGES as u64)
     });
     unsafe { libc::kill(host.id() as i32, libc::SIGTERM) };
     host.wait().unwrap();

@@ -185,6 +185,29 @@ impl Env {
             .map_or(0, |q| q[field].as_u64().unwrap())
     }
 
+    /// `sluice stats --json` by queue, or `None` when it could not reach
+    /// the broker: for polls that run while the broker is being faulted (a
+    /// node restarting or loading, or blocked on a slow fsync).
+    pub fn stats_if_reachable(&self) -> Option<BTreeMap<String, Value>> {
+        let out = self.sluice_raw(&["--json", "stats"]);
+        if !out.status.success() {
+            return None;
+        }
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let by_queue = stdout.lines().map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (v["queue"].as_str().unwrap().to_string(), v)
+        });
+        Some(by_queue.collect())
+    }
+
+    /// One counter of one queue, or `None` when the broker could not be
+    /// reached (see `stats_if_reachable`).
+    pub fn count_if_reachable(&self, queue: &str, field: &str) -> Option<u64> {
+        let stats = self.stats_if_reachable()?;
+        Some(stats.get(queue).map_or(0, |q| q[field].as_u64().unwrap()))
+    }
+
     /// `sluice dlq list QUEUE --json`.
     pub fn dead(&self, queue: &str) -> Vec<Value> {
         self.sluice(&["--json", "dlq", "list", queue])
