@@ -5,7 +5,10 @@
 //!   --redis-messages N messages per Redis drain (default 200000)
 //!   --calls N         calls per invocation benchmark (default 20000)
 //!   --lang L          the guest language of the invocation benchmark (default rust)
-//!   --only NAME       run one section: invoke | drain | languages | redis | reload | restart
+//!   --only NAME       run one section: invoke | trace | drain | languages | redis | reload | restart
+//!   --rounds N        rounds of the metrics-cost drains (default 1): reuse
+//!                     with metrics off, on, and scraped, in rotating order
+//!                     each round; the medians of the per-round ratios
 //!
 //! Every figure that has a target is printed next to a baseline measured in
 //! the same run (a native no-op handler over the same broker code), because
@@ -33,6 +36,7 @@ struct Args {
     redis_messages: usize,
     calls: usize,
     only: Option<String>,
+    rounds: usize,
 }
 
 fn args() -> Args {
@@ -42,6 +46,7 @@ fn args() -> Args {
         redis_messages: 200_000,
         calls: 20_000,
         only: None,
+        rounds: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -61,6 +66,13 @@ fn args() -> Args {
             "--lang" => a.lang = it.next().expect("--lang rust|c|python|js"),
             "--calls" => a.calls = it.next().and_then(|v| v.parse().ok()).expect("--calls N"),
             "--only" => a.only = it.next(),
+            "--rounds" => {
+                a.rounds = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|&r| r > 0)
+                    .expect("--rounds N (N ≥ 1)")
+            }
             _ => {} // cargo passes --bench
         }
     }
@@ -193,7 +205,9 @@ async fn bench_languages(runtime: &Runtime, messages: usize) {
         let broker: Arc<dyn Broker> =
             Arc::new(SqliteBroker::open(dir.path().join("bench.db")).unwrap());
         let label = format!("sqlite {lang} hello {}", format!("{mode:?}").to_lowercase());
-        let rate = drain(&label, broker, handler, spec, messages, Observed::Off).await;
+        let rate = drain(&label, broker, handler, spec, messages, Observed::Off)
+            .await
+            .rate;
         rows.push((lang, bytes.len(), compile, fresh, reuse, mode, rate));
     }
     println!("lang    size        compile   fresh µs/msg  reuse µs/msg  drain (mode)");
@@ -249,7 +263,7 @@ async fn drain(
     spec: HandlerSpec,
     n: usize,
     observed: Observed,
-) -> f64 {
+) -> Drained {
     let payload = vec![b'x'; 100];
     for chunk in (0..n).collect::<Vec<_>>().chunks(5000) {
         let batch = chunk
@@ -338,7 +352,18 @@ async fn drain(
         );
     }
     println!("{line}");
-    rate
+    Drained {
+        rate,
+        cpu_per_msg: per_msg(cpu),
+    }
+}
+
+/// What one drain measured: messages per second, and the CPU (µs) this
+/// process spent per message.
+#[derive(Clone, Copy)]
+struct Drained {
+    rate: f64,
+    cpu_per_msg: f64,
 }
 
 thread_local! {
@@ -485,12 +510,14 @@ fn tuned(mut spec: HandlerSpec, base: Settings) -> HandlerSpec {
     spec
 }
 
-/// Native, `hello` fresh and `hello` reuse over one broker kind.
+/// Native, `hello` fresh and `hello` reuse over one broker kind, then what
+/// metrics cost there.
 async fn drains(
     runtime: &Runtime,
     name: &str,
     n: usize,
     base: Settings,
+    rounds: usize,
     mut fresh_broker: impl AsyncFnMut() -> Arc<dyn Broker>,
 ) {
     // SLUICE_BENCH_MODES=reuse (say) runs only some of them, e.g. to profile
@@ -545,31 +572,113 @@ async fn drains(
         ));
     }
     if let Some(native) = native {
-        for (label, rate) in &rates {
-            println!("ratio   {label:<28} {:>9.2} × native", rate / native);
+        for (label, d) in &rates {
+            println!("ratio   {label:<28} {:>9.2} × native", d.rate / native.rate);
         }
     }
-    let reuse = rates
-        .iter()
-        .find(|(l, _)| l.ends_with("reuse"))
-        .map(|r| r.1);
-    for (mode, observed) in [
+    let observed: Vec<_> = [
         ("metrics", Observed::Metrics),
         ("scraped", Observed::Scraped),
-    ] {
-        if !wanted(mode) {
-            continue;
+    ]
+    .into_iter()
+    .filter(|(mode, _)| wanted(mode))
+    .collect();
+    if !observed.is_empty() {
+        metrics_cost(runtime, name, n, base, rounds, &observed, fresh_broker).await;
+    }
+}
+
+/// What metrics cost: `hello` reuse drains with metrics off (the baseline),
+/// then with each of `observed`, `rounds` times, each round in a rotated
+/// order so that drift in a noisy machine falls on every mode alike. Prints
+/// each mode's median ratio to the baseline of its own round, by rate and
+/// by CPU per message.
+async fn metrics_cost(
+    runtime: &Runtime,
+    name: &str,
+    n: usize,
+    base: Settings,
+    rounds: usize,
+    observed: &[(&str, Observed)],
+    mut fresh_broker: impl AsyncFnMut() -> Arc<dyn Broker>,
+) {
+    let mut modes = vec![("off", Observed::Off)];
+    modes.extend_from_slice(observed);
+    // ratios[i] = (rate ratios, CPU ratios) of observed[i], one per round.
+    let mut ratios = vec![(Vec::new(), Vec::new()); observed.len()];
+    for round in 0..rounds {
+        let mut order = modes.clone();
+        order.rotate_left(round % modes.len());
+        let mut results = Vec::new();
+        for (mode, how) in order {
+            let handler = Arc::new(load(runtime, "hello", InstanceMode::Reuse));
+            let spec = tuned(handler.spec.clone(), base);
+            let label = format!("{name} hello reuse+{mode}");
+            let d = drain(&label, fresh_broker().await, handler, spec, n, how).await;
+            results.push((mode, d));
         }
-        let handler = Arc::new(load(runtime, "hello", InstanceMode::Reuse));
-        let spec = tuned(handler.spec.clone(), base);
+        let of = |m: &str| results.iter().find(|(mode, _)| *mode == m).unwrap().1;
+        let off = of("off");
+        for (i, (mode, _)) in observed.iter().enumerate() {
+            let d = of(mode);
+            ratios[i].0.push(d.rate / off.rate);
+            ratios[i].1.push(d.cpu_per_msg / off.cpu_per_msg);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    for ((mode, _), (rate, cpu)) in observed.iter().zip(&mut ratios) {
         let label = format!("{name} hello reuse+{mode}");
-        let rate = drain(&label, fresh_broker().await, handler, spec, n, observed).await;
-        if let Some(reuse) = reuse {
-            println!(
-                "ratio   {label:<28} {:>9.3} × reuse without metrics",
-                rate / reuse
-            );
+        println!(
+            "ratio   {label:<28} {:>9.3} × reuse without metrics (CPU/msg {:.3} ×; median of {rounds} round{})",
+            median(rate),
+            median(cpu),
+            if rounds == 1 { "" } else { "s" }
+        );
+    }
+}
+
+/// What carrying the trace context costs per delivery with export off (as
+/// every drain above does): the attempt's span context made from the
+/// delivery's `traceparent` (or a new root), stamped on one publish, ended.
+fn trace_context_cost(n: usize) {
+    use sluice::trace::{Attempt, AttemptFields};
+    let fields = || AttemptFields {
+        queue: "hello",
+        handler: "hello",
+        version: "v1",
+        attempt: 1,
+        message_id: "0190a5b2-0000-7000-8000-000000000000",
+    };
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    // The loop makes a delivery's headers and one publish, as a call does;
+    // the figure is the time beyond that loop with no trace context at all.
+    let run = |with_parent: bool, traced: bool| {
+        let start = Instant::now();
+        for _ in 0..n {
+            let mut headers = vec![("content-type".to_string(), "text/plain".to_string())];
+            if with_parent {
+                headers.push(("traceparent".into(), parent.into()));
+            }
+            let mut publishes = [NewMessage::new("next", b"x".to_vec())];
+            if traced {
+                let attempt = Attempt::begin(&mut headers, None, fields());
+                attempt.stamp(&mut publishes);
+                attempt.end("done", None);
+            }
+            std::hint::black_box((headers, publishes));
         }
+        start.elapsed().as_nanos() as f64 / n as f64
+    };
+    for (label, with_parent) in [("new root", false), ("child of a parent", true)] {
+        let bare = run(with_parent, false);
+        let traced = run(with_parent, true);
+        println!(
+            "trace   context per delivery, {label:<18} {:>7.0} ns (export off; {traced:.0} ns a loop with it, {bare:.0} ns without)",
+            traced - bare
+        );
     }
 }
 
@@ -755,15 +864,25 @@ fn main() {
         if run("invoke") {
             invoke_costs(&runtime, &args.lang, "hello", args.calls, args.calls).await;
         }
+        if run("trace") {
+            trace_context_cost(1_000_000);
+        }
         if run("drain") {
             let defaults = Settings {
                 concurrency: None,
                 prefetch: None,
             };
-            drains(&runtime, "sqlite", args.messages, defaults, async || {
-                let dir = tempfile::tempdir().unwrap().keep();
-                Arc::new(SqliteBroker::open(dir.join("bench.db")).unwrap()) as Arc<dyn Broker>
-            })
+            drains(
+                &runtime,
+                "sqlite",
+                args.messages,
+                defaults,
+                args.rounds,
+                async || {
+                    let dir = tempfile::tempdir().unwrap().keep();
+                    Arc::new(SqliteBroker::open(dir.join("bench.db")).unwrap()) as Arc<dyn Broker>
+                },
+            )
             .await;
         }
         if run("languages") {
@@ -786,7 +905,7 @@ fn main() {
                 concurrency: Some(64),
                 prefetch: Some(4096),
             };
-            drains(&runtime, "redis", n, fast, async || {
+            drains(&runtime, "redis", n, fast, args.rounds, async || {
                 server.flush().await;
                 Arc::new(RedisBroker::connect(&server.url).await.unwrap()) as Arc<dyn Broker>
             })

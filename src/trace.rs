@@ -80,12 +80,15 @@ impl TraceParent {
 
     /// The header value.
     pub fn header(&self) -> String {
-        format!(
-            "00-{}-{}-{:02x}",
-            to_hex(&self.trace_id),
-            to_hex(&self.span_id),
-            self.flags
-        )
+        // Made once or twice per delivery: digits pushed, not formatted.
+        let mut out = Vec::with_capacity(55);
+        out.extend_from_slice(b"00-");
+        push_hex(&mut out, &self.trace_id);
+        out.push(b'-');
+        push_hex(&mut out, &self.span_id);
+        out.push(b'-');
+        push_hex(&mut out, &[self.flags]);
+        String::from_utf8(out).expect("hex digits are ASCII")
     }
 
     /// The trace id as 32 hex digits, as log lines show it.
@@ -166,6 +169,9 @@ impl Attempt {
     /// Put the attempt's context on messages it publishes: they are its
     /// children, whatever the handler wrote.
     pub fn stamp(&self, messages: &mut [NewMessage]) {
+        if messages.is_empty() {
+            return;
+        }
         let parent = self.context.header();
         for m in messages {
             set_header(&mut m.headers, TRACEPARENT, parent.clone());
@@ -342,12 +348,18 @@ fn hex<const N: usize>(text: &str) -> Option<[u8; N]> {
 }
 
 fn to_hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::with_capacity(bytes.len() * 2);
+    let mut out = Vec::with_capacity(bytes.len() * 2);
+    push_hex(&mut out, bytes);
+    String::from_utf8(out).expect("hex digits are ASCII")
+}
+
+/// Append `bytes` as lower-case hex digits.
+fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
-        let _ = write!(s, "{b:02x}");
+        out.push(DIGITS[usize::from(b >> 4)]);
+        out.push(DIGITS[usize::from(b & 0x0f)]);
     }
-    s
 }
 
 #[cfg(test)]

@@ -76,7 +76,7 @@ async fn run_one(
         handler: &spec.name,
         version,
         attempt: delivery.attempt,
-        message_id: &delivery.id.clone(),
+        message_id: &delivery.id,
     };
     let attempt = Attempt::begin(&mut delivery.headers, observe.exporter.as_deref(), fields);
     let started = std::time::Instant::now();
