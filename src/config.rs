@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::error::chain;
 use crate::files::{DEFAULT_MAX_COMPONENT_SIZE, MAX_CONFIG_SIZE, read_text};
 use crate::message::{DEFAULT_MAX_MESSAGE_SIZE, validate_queue_name};
-use crate::policy::{Backoff, RedrivePolicy, RetryPolicy};
+use crate::policy::{Backoff, Flow, Rate, RedrivePolicy, RetryPolicy};
 use crate::units::{Dur, Size};
 
 pub mod bounds;
@@ -142,6 +142,8 @@ struct RawHandler {
     max_messages_per_instance: Option<u32>,
     concurrency: Option<usize>,
     prefetch: Option<usize>,
+    max_in_flight: Option<u32>,
+    rate: Option<String>,
     lease: Option<Dur>,
     #[serde(default)]
     limits: RawLimits,
@@ -223,6 +225,8 @@ pub struct HandlerSpec {
     pub concurrency: usize,
     /// Messages leased ahead of the calls.
     pub prefetch: usize,
+    /// Limits of the queue across every host (`max_in_flight`, `rate`).
+    pub flow: Flow,
     /// How long a delivery stays invisible to other consumers.
     pub lease: Duration,
     pub timeout: Duration,
@@ -284,6 +288,7 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         Some(n) => bounds::check("prefetch", n, bounds::PREFETCH)?.max(concurrency),
         None => concurrency * 4,
     };
+    let flow = resolve_flow(raw.max_in_flight, raw.rate.as_deref())?;
     let lease = bounds::check_duration(
         "lease",
         raw.lease.map_or(DEFAULT_LEASE, |d| d.0),
@@ -314,6 +319,7 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         max_messages_per_instance,
         concurrency,
         prefetch,
+        flow,
         lease,
         timeout: limits.timeout,
         memory: limits.memory,
@@ -324,6 +330,27 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         config: resolve_values(raw.config)?,
         capabilities: raw.capabilities,
         subscriptions: subscriptions::resolve(raw.subscribe)?,
+    })
+}
+
+/// `max_in_flight` and `rate`, checked.
+fn resolve_flow(max_in_flight: Option<u32>, rate: Option<&str>) -> Result<Flow> {
+    let max_in_flight = max_in_flight
+        .map(|n| bounds::check("max_in_flight", n, bounds::MAX_IN_FLIGHT))
+        .transpose()?;
+    let rate = match rate {
+        None => None,
+        Some(text) => {
+            let rate: Rate = text
+                .parse()
+                .map_err(|e| anyhow::anyhow!("field `rate`: {e}"))?;
+            bounds::check("rate", rate.count, bounds::RATE_COUNT)?;
+            Some(rate)
+        }
+    };
+    Ok(Flow {
+        max_in_flight,
+        rate,
     })
 }
 
@@ -604,6 +631,29 @@ mod tests {
                 .as_deref(),
             Some("alerts")
         );
+    }
+
+    #[test]
+    fn flow_limits_are_read_and_checked() {
+        let spec = parse("max_in_flight = 4\nrate = \"30/m\"\n").unwrap();
+        assert_eq!(spec.flow.max_in_flight, Some(4));
+        let rate = spec.flow.rate.unwrap();
+        assert_eq!((rate.count, rate.per), (30, Duration::from_secs(60)));
+        assert_eq!(rate.to_string(), "30/m");
+        assert_eq!(rate.burst(), 1.0, "at least one token");
+        assert_eq!("200/s".parse::<Rate>().unwrap().burst(), 200.0);
+        assert_eq!(parse("").unwrap().flow, Flow::default());
+        for (text, field, says) in [
+            ("max_in_flight = 0\n", "max_in_flight", "0"),
+            ("max_in_flight = 100001\n", "max_in_flight", "100001"),
+            ("rate = \"0/s\"\n", "rate", "pause the queue"),
+            ("rate = \"5/d\"\n", "rate", "N/s, N/m or N/h"),
+            ("rate = \"fast\"\n", "rate", "\"fast\" is not a rate"),
+            ("rate = \"2000000/s\"\n", "rate", "2000000"),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(field) && err.contains(says), "{text}: {err}");
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::broker::{ClaimState, KeyClaim, Presence, Queue, QueueStats, Result, Settlement};
+use crate::broker::{ClaimState, Flow, KeyClaim, Presence, Queue, QueueStats, Result, Settlement};
 use crate::message::{Delivery, NewMessage};
 use crate::runtime::Failure;
 
@@ -387,9 +387,15 @@ impl Queue for Metered {
         r
     }
 
-    async fn receive(&self, queue: &str, max: usize, lease: Duration) -> Result<Vec<Delivery>> {
+    async fn receive(
+        &self,
+        queue: &str,
+        max: usize,
+        lease: Duration,
+        flow: Flow,
+    ) -> Result<Vec<Delivery>> {
         let started = Instant::now();
-        let r = self.inner.receive(queue, max, lease).await;
+        let r = self.inner.receive(queue, max, lease, flow).await;
         self.metrics.broker_call("receive", started, &r);
         r
     }

@@ -166,6 +166,72 @@ impl RedrivePolicy {
     }
 }
 
+/// Limits on a queue that hold across every host serving it: the broker
+/// enforces them when it leases, so adding hosts does not raise them. A
+/// receive past a limit gets fewer messages, or none.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Flow {
+    /// At most this many of the queue's messages leased at once (a lease
+    /// that ran out no longer counts).
+    pub max_in_flight: Option<u32>,
+    /// At most this many leases a period, from a bucket that holds one
+    /// second's worth (at least one): a burst no larger than that.
+    pub rate: Option<Rate>,
+}
+
+/// `count` per `per`: `200/s`, `30/m`, `100/h`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rate {
+    pub count: u32,
+    pub per: Duration,
+}
+
+impl Rate {
+    /// Leases a millisecond.
+    pub fn per_ms(&self) -> f64 {
+        f64::from(self.count) / self.per.as_millis() as f64
+    }
+
+    /// What the bucket holds when full: one second's worth, at least one.
+    pub fn burst(&self) -> f64 {
+        (self.per_ms() * 1000.0).max(1.0)
+    }
+}
+
+impl std::fmt::Display for Rate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let unit = match self.per.as_secs() {
+            1 => "s",
+            60 => "m",
+            _ => "h",
+        };
+        write!(f, "{}/{unit}", self.count)
+    }
+}
+
+impl std::str::FromStr for Rate {
+    type Err = String;
+
+    /// `N/s`, `N/m` or `N/h`, N a whole number from 1.
+    fn from_str(text: &str) -> std::result::Result<Self, String> {
+        let bad = || format!("{text:?} is not a rate: write N/s, N/m or N/h, e.g. \"200/s\"");
+        let (count, unit) = text.trim().split_once('/').ok_or_else(bad)?;
+        let count: u32 = count.trim().parse().map_err(|_| bad())?;
+        let per = match unit.trim() {
+            "s" => Duration::from_secs(1),
+            "m" => Duration::from_secs(60),
+            "h" => Duration::from_secs(3600),
+            _ => return Err(bad()),
+        };
+        if count == 0 {
+            return Err(format!(
+                "{text:?}: a rate of 0 would lease nothing, ever; pause the queue instead (sluice pause)"
+            ));
+        }
+        Ok(Rate { count, per })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,7 +44,7 @@ pub use dead::{DeadLetter, DeadLetters, ReplaySelector};
 pub use error::{BrokerError, Result};
 pub use kv::KvStore;
 pub use presence::{HandlerStatus, PAUSE_POLL, Presence, QueueStats, STATUS_EVERY, STATUS_STALE};
-pub use queue::{ClaimState, KeyClaim, Queue, Settlement};
+pub use queue::{ClaimState, Flow, KeyClaim, Queue, Rate, Settlement};
 pub use sqlite::SqliteBroker;
 pub use topics::TopicStore;
 

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 
 use super::Result;
 use crate::message::{Delivery, NewMessage};
+pub use crate::policy::{Flow, Rate};
 
 /// Where messages wait, are leased and are settled. Calls work in batches so
 /// that a networked backend makes one round trip per batch, not per message.
@@ -16,9 +17,16 @@ pub trait Queue: Send + Sync + 'static {
     /// Enqueue messages, each after its own delay. Returns their ids in order.
     async fn publish(&self, messages: Vec<NewMessage>) -> Result<Vec<String>>;
 
-    /// Lease up to `max` due messages of `queue` for `lease`. Every delivery
-    /// counts one attempt, whether or not it is settled before the lease ends.
-    async fn receive(&self, queue: &str, max: usize, lease: Duration) -> Result<Vec<Delivery>>;
+    /// Lease up to `max` due messages of `queue` for `lease`, fewer when
+    /// `flow` says so. Every delivery counts one attempt, whether or not it
+    /// is settled before the lease ends.
+    async fn receive(
+        &self,
+        queue: &str,
+        max: usize,
+        lease: Duration,
+        flow: Flow,
+    ) -> Result<Vec<Delivery>>;
 
     /// Take idempotency keys of `queue` for `lease`, one answer per claim. A
     /// key is held by one delivery at a time: another delivery of the same

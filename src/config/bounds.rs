@@ -20,6 +20,10 @@ const YEAR: Duration = Duration::from_secs(31_557_600);
 pub const CONCURRENCY: (usize, usize) = (1, 1000);
 /// Messages leased ahead of the calls.
 pub const PREFETCH: (usize, usize) = (1, 100_000);
+/// A queue's messages leased at once across every host (`max_in_flight`).
+pub const MAX_IN_FLIGHT: (u32, u32) = (1, 100_000);
+/// Leases a period (the N of `rate = "N/s"`, `"N/m"` or `"N/h"`).
+pub const RATE_COUNT: (u32, u32) = (1, 1_000_000);
 /// How long a delivery is leased: at least [`LEASE_MARGIN`] beyond the
 /// timeout, at most a week.
 pub const LEASE: (Duration, Duration) = (SECOND, Duration::from_secs(7 * 24 * 3600));

@@ -244,7 +244,11 @@ impl QueueWorker {
                 continue;
             }
             let want = permits.num_permits();
-            let batch = match self.broker.receive(&spec.queue, want, spec.lease).await {
+            let batch = match self
+                .broker
+                .receive(&spec.queue, want, spec.lease, spec.flow)
+                .await
+            {
                 Ok(batch) => {
                     broker_backoff = Duration::from_millis(50);
                     batch

@@ -136,7 +136,13 @@ mod tests {
         async fn publish(&self, _: Vec<NewMessage>) -> Result<Vec<String>> {
             unreachable!("the settler only settles")
         }
-        async fn receive(&self, _: &str, _: usize, _: Duration) -> Result<Vec<Delivery>> {
+        async fn receive(
+            &self,
+            _: &str,
+            _: usize,
+            _: Duration,
+            _: crate::broker::Flow,
+        ) -> Result<Vec<Delivery>> {
             unreachable!("the settler only settles")
         }
         async fn claim(&self, _: &str, _: &[KeyClaim], _: Duration) -> Result<Vec<ClaimState>> {

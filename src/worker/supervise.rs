@@ -97,7 +97,13 @@ mod tests {
         async fn publish(&self, _: Vec<NewMessage>) -> Result<Vec<String>> {
             unreachable!()
         }
-        async fn receive(&self, queue: &str, _: usize, _: Duration) -> Result<Vec<Delivery>> {
+        async fn receive(
+            &self,
+            queue: &str,
+            _: usize,
+            _: Duration,
+            _: crate::broker::Flow,
+        ) -> Result<Vec<Delivery>> {
             if !self.settled.lock().unwrap().is_empty() {
                 return Ok(Vec::new());
             }

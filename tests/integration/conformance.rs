@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::broker::{Broker, ClaimState, KeyClaim, QueueStats, ReplaySelector, Settlement};
+use sluice::broker::{Broker, ClaimState, Flow, KeyClaim, QueueStats, ReplaySelector, Settlement};
 use sluice::message::{Delivery, NewMessage};
 
 use crate::redis_support::{RedisCluster, RedisServer};
@@ -27,14 +27,14 @@ async fn receive_n(b: &dyn Broker, queue: &str, want: usize) -> Vec<Delivery> {
             "{queue}: got {} of {want}",
             got.len()
         );
-        got.extend(b.receive(queue, 10, LEASE).await.unwrap());
+        got.extend(b.receive(queue, 10, LEASE, Flow::default()).await.unwrap());
         if got.len() < want {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
     // Nothing more arrives later.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    got.extend(b.receive(queue, 10, LEASE).await.unwrap());
+    got.extend(b.receive(queue, 10, LEASE, Flow::default()).await.unwrap());
     assert_eq!(got.len(), want, "{queue}: more deliveries than expected");
     got
 }
@@ -61,7 +61,7 @@ fn msg(queue: &str, payload: &str) -> NewMessage {
 }
 
 async fn receive_one(b: &dyn Broker, queue: &str, lease: Duration) -> Delivery {
-    let mut got = b.receive(queue, 10, lease).await.unwrap();
+    let mut got = b.receive(queue, 10, lease, Flow::default()).await.unwrap();
     assert_eq!(got.len(), 1, "expected exactly one delivery on {queue}");
     got.remove(0)
 }
@@ -70,7 +70,7 @@ pub async fn publish_and_receive_in_order(b: Arc<dyn Broker>) {
     let mut m = msg("q", "first");
     m.headers = vec![("h".into(), "v".into())];
     let ids = b.publish(vec![m, msg("q", "second")]).await.unwrap();
-    let got = b.receive("q", 10, LEASE).await.unwrap();
+    let got = b.receive("q", 10, LEASE, Flow::default()).await.unwrap();
     assert_eq!(got.len(), 2);
     assert_eq!(got[0].id, ids[0]);
     assert_eq!(got[0].payload, b"first");
@@ -79,11 +79,17 @@ pub async fn publish_and_receive_in_order(b: Arc<dyn Broker>) {
     assert_eq!(got[0].attempt, 1);
     assert_eq!(got[1].payload, b"second");
     assert!(
-        b.receive("q", 10, LEASE).await.unwrap().is_empty(),
+        b.receive("q", 10, LEASE, Flow::default())
+            .await
+            .unwrap()
+            .is_empty(),
         "leased messages are invisible"
     );
     assert!(
-        b.receive("other", 10, LEASE).await.unwrap().is_empty(),
+        b.receive("other", 10, LEASE, Flow::default())
+            .await
+            .unwrap()
+            .is_empty(),
         "queues are separate"
     );
 }
@@ -92,8 +98,20 @@ pub async fn receive_respects_batch_size(b: Arc<dyn Broker>) {
     b.publish((0..5).map(|i| msg("q", &i.to_string())).collect())
         .await
         .unwrap();
-    assert_eq!(b.receive("q", 3, LEASE).await.unwrap().len(), 3);
-    assert_eq!(b.receive("q", 3, LEASE).await.unwrap().len(), 2);
+    assert_eq!(
+        b.receive("q", 3, LEASE, Flow::default())
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    assert_eq!(
+        b.receive("q", 3, LEASE, Flow::default())
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
 }
 
 pub async fn expired_lease_redelivers_and_counts_an_attempt(b: Arc<dyn Broker>) {
@@ -154,7 +172,10 @@ pub async fn retry_waits_for_its_delay(b: Arc<dyn Broker>) {
     let s = b.queue_stats("q").await.unwrap();
     assert_eq!((s.delayed, s.ready, s.retried), (1, 0, 1));
     assert!(
-        b.receive("q", 10, LEASE).await.unwrap().is_empty(),
+        b.receive("q", 10, LEASE, Flow::default())
+            .await
+            .unwrap()
+            .is_empty(),
         "not before its delay"
     );
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -167,7 +188,12 @@ pub async fn delayed_publish_is_not_early(b: Arc<dyn Broker>) {
     let mut m = msg("q", "x");
     m.delay = Duration::from_millis(300);
     b.publish(vec![m]).await.unwrap();
-    assert!(b.receive("q", 10, LEASE).await.unwrap().is_empty());
+    assert!(
+        b.receive("q", 10, LEASE, Flow::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
     tokio::time::sleep(Duration::from_millis(400)).await;
     receive_one(&*b, "q", LEASE).await;
 }
@@ -205,10 +231,10 @@ pub async fn every_settlement_of_a_lost_lease_is_refused(b: Arc<dyn Broker>) {
     b.publish(payloads.iter().map(|p| msg("q", p)).collect())
         .await
         .unwrap();
-    let stale = b.receive("q", 10, SHORT).await.unwrap();
+    let stale = b.receive("q", 10, SHORT, Flow::default()).await.unwrap();
     assert_eq!(stale.len(), 5);
     tokio::time::sleep(Duration::from_millis(250)).await;
-    let fresh = b.receive("q", 10, SHORT).await.unwrap();
+    let fresh = b.receive("q", 10, SHORT, Flow::default()).await.unwrap();
     assert_eq!(fresh.len(), 5, "every message delivered again");
     let refused: Vec<Settlement> = stale
         .into_iter()
@@ -248,7 +274,12 @@ pub async fn every_settlement_of_a_lost_lease_is_refused(b: Arc<dyn Broker>) {
         "{s:?}"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(b.receive("next", 10, LEASE).await.unwrap().is_empty());
+    assert!(
+        b.receive("next", 10, LEASE, Flow::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // The fresh deliveries settle as usual.
     let done: Vec<Settlement> = fresh
         .into_iter()
@@ -265,7 +296,7 @@ pub async fn every_settlement_of_a_lost_lease_is_refused(b: Arc<dyn Broker>) {
 
 pub async fn dead_letters_list_show_replay_purge(b: Arc<dyn Broker>) {
     b.publish(vec![msg("q", "a"), msg("q", "b")]).await.unwrap();
-    let got = b.receive("q", 10, LEASE).await.unwrap();
+    let got = b.receive("q", 10, LEASE, Flow::default()).await.unwrap();
     let ids: Vec<String> = got.iter().map(|d| d.id.clone()).collect();
     let dead: Vec<Settlement> = got
         .into_iter()
@@ -387,7 +418,7 @@ pub async fn keys_acquire_busy_done_and_release(b: Arc<dyn Broker>) {
 /// refused, publishes and all.
 pub async fn second_done_for_a_key_is_a_duplicate_without_publishes(b: Arc<dyn Broker>) {
     b.publish(vec![msg("q", "x"), msg("q", "y")]).await.unwrap();
-    let got = b.receive("q", 10, LEASE).await.unwrap();
+    let got = b.receive("q", 10, LEASE, Flow::default()).await.unwrap();
     let key = Some(("k".to_string(), Duration::from_secs(60)));
     for (d, p) in got.into_iter().zip(["1", "2"]) {
         b.settle(&[Settlement::Done {
@@ -440,7 +471,11 @@ pub async fn duplicate_settlement_acks_without_counting_done(b: Arc<dyn Broker>)
 
 pub async fn dead_notice_is_published_with_the_dead_letter(b: Arc<dyn Broker>) {
     b.publish(vec![msg("q", "x"), msg("q", "y")]).await.unwrap();
-    let first = b.receive("q", 1, SHORT).await.unwrap().remove(0);
+    let first = b
+        .receive("q", 1, SHORT, Flow::default())
+        .await
+        .unwrap()
+        .remove(0);
     let dead = |d: Delivery, note: &str| Settlement::Dead {
         delivery: d,
         reason: "rejected: bad".into(),
@@ -451,7 +486,7 @@ pub async fn dead_notice_is_published_with_the_dead_letter(b: Arc<dyn Broker>) {
     };
     // A lease lost to another consumer: neither the dead letter nor its notice.
     tokio::time::sleep(Duration::from_millis(250)).await;
-    let mut again = b.receive("q", 10, SHORT).await.unwrap();
+    let mut again = b.receive("q", 10, SHORT, Flow::default()).await.unwrap();
     again.sort_by_key(|d| d.payload.clone());
     assert_eq!(again.len(), 2, "x came back after its lease, y is new");
     b.settle(&[dead(first, "stale")]).await.unwrap();
@@ -472,7 +507,13 @@ pub async fn stats_cover_every_queue(b: Arc<dyn Broker>) {
     b.publish(vec![msg("a", "1"), msg("a", "2"), later])
         .await
         .unwrap();
-    assert_eq!(b.receive("a", 10, LEASE).await.unwrap().len(), 2);
+    assert_eq!(
+        b.receive("a", 10, LEASE, Flow::default())
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
     let all = b.stats().await.unwrap();
     let a = all.iter().find(|s| s.queue == "a").unwrap();
     let bq = all.iter().find(|s| s.queue == "b").unwrap();
@@ -527,6 +568,7 @@ on_every_backend!(broker:
 
 // More checks, a module per area, each run through `on_every_backend!` on
 // the same backends.
+mod flow;
 mod keys;
 mod kv;
 mod pause;

@@ -53,6 +53,7 @@ mod conformance;
 mod crash;
 mod dashboard;
 mod faults;
+mod flow;
 mod hostile;
 mod http;
 mod kv;

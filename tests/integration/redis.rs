@@ -401,14 +401,24 @@ async fn a_short_lease_host_does_not_take_a_long_lease_hosts_message() {
     let short = RedisBroker::connect(&server.url()).await.unwrap();
     long.publish(vec![NewMessage::new("q", "x")]).await.unwrap();
     let got = long
-        .receive("q", 10, Duration::from_secs(30))
+        .receive(
+            "q",
+            10,
+            Duration::from_secs(30),
+            sluice::broker::Flow::default(),
+        )
         .await
         .unwrap();
     assert_eq!(got.len(), 1);
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(800) {
         let taken = short
-            .receive("q", 10, Duration::from_millis(100))
+            .receive(
+                "q",
+                10,
+                Duration::from_millis(100),
+                sluice::broker::Flow::default(),
+            )
             .await
             .unwrap();
         assert!(taken.is_empty(), "taken after {:?}", start.elapsed());

@@ -240,7 +240,12 @@ impl Env {
             // moment after they are due.
             while empty_rounds < 2 {
                 let batch = broker
-                    .receive(queue, 1000, Duration::from_secs(60))
+                    .receive(
+                        queue,
+                        1000,
+                        Duration::from_secs(60),
+                        sluice::broker::Flow::default(),
+                    )
                     .await
                     .unwrap();
                 empty_rounds = if batch.is_empty() {

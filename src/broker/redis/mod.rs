@@ -81,6 +81,8 @@ struct QueueKeys {
     dead_index: String,
     /// Each live consumer's lease, for reclaiming (see `MAINTAIN`).
     leases: String,
+    /// The rate bucket: `tokens` and `at` (see `TAKE`).
+    flow: String,
 }
 
 impl QueueKeys {
@@ -94,6 +96,7 @@ impl QueueKeys {
             outbox: key(queue, "outbox"),
             dead_index: key(queue, "deadidx"),
             leases: key(queue, "leases"),
+            flow: key(queue, "flow"),
         }
     }
 }

@@ -17,7 +17,7 @@ use super::conn::classify;
 use super::{
     DONE_PREFIX, GROUP, LEASE_PREFIX, QueueKeys, RedisBroker, idem_key, lease_value, relay, scripts,
 };
-use crate::broker::{BrokerError, ClaimState, KeyClaim, Queue, Result, Settlement};
+use crate::broker::{BrokerError, ClaimState, Flow, KeyClaim, Queue, Result, Settlement};
 use crate::message::{Delivery, NewMessage, new_id, now_ms};
 
 /// Most messages one publish script carries.
@@ -56,7 +56,13 @@ impl Queue for RedisBroker {
         Ok(ids)
     }
 
-    async fn receive(&self, queue: &str, max: usize, lease: Duration) -> Result<Vec<Delivery>> {
+    async fn receive(
+        &self,
+        queue: &str,
+        max: usize,
+        lease: Duration,
+        flow: Flow,
+    ) -> Result<Vec<Delivery>> {
         if max == 0 {
             return Ok(Vec::new());
         }
@@ -66,7 +72,7 @@ impl Queue for RedisBroker {
             .insert(queue.to_string());
         let reader = self.reader(queue).await?;
         let mut reader = reader.lock().await;
-        self.read_batch(&mut reader, queue, max, lease).await
+        self.read_batch(&mut reader, queue, max, lease, flow).await
     }
 
     async fn claim(

@@ -12,7 +12,7 @@ use tokio::sync::Mutex;
 use super::codec::{self, Entry, int};
 use super::conn::{Conn, classify};
 use super::{BLOCK, GROUP, MAINTAIN_EVERY, QueueKeys, RedisBroker, scripts};
-use crate::broker::Result;
+use crate::broker::{Flow, Result};
 use crate::message::{Delivery, now_ms};
 
 /// The receiving side of one queue: its own connection, because a blocking
@@ -51,6 +51,7 @@ impl RedisBroker {
         queue: &str,
         max: usize,
         lease: Duration,
+        flow: Flow,
     ) -> Result<Vec<Delivery>> {
         let keys = QueueKeys::new(queue);
         if !reader.group_ready {
@@ -67,13 +68,63 @@ impl RedisBroker {
             out = self.maintain(reader, &keys, queue, max, lease).await?;
         }
         if out.len() < max {
-            let block = out.is_empty();
-            let fresh = self
-                .read_new(reader, &keys, queue, max - out.len(), block, lease)
-                .await?;
+            let fresh = if flow == Flow::default() {
+                let block = out.is_empty();
+                self.read_new(reader, &keys, queue, max - out.len(), block, lease)
+                    .await?
+            } else {
+                self.take_new(
+                    reader,
+                    &keys,
+                    queue,
+                    max - out.len(),
+                    out.len(),
+                    lease,
+                    flow,
+                )
+                .await?
+            };
             out.extend(fresh);
         }
         Ok(out)
+    }
+
+    /// Up to `count` new entries within `flow`'s limits, read by `TAKE`
+    /// (without blocking: the worker waits between empty receives).
+    /// `spent` deliveries of this batch were reclaimed already and take
+    /// their tokens too.
+    #[allow(clippy::too_many_arguments)]
+    async fn take_new(
+        &self,
+        reader: &mut Reader,
+        keys: &QueueKeys,
+        queue: &str,
+        count: usize,
+        spent: usize,
+        lease: Duration,
+        flow: Flow,
+    ) -> Result<Vec<Delivery>> {
+        let (per_ms, burst) = flow.rate.map_or((0.0, 0.0), |r| (r.per_ms(), r.burst()));
+        let reply: redis::RedisResult<Value> = scripts::TAKE
+            .key(&keys.stream)
+            .key(&keys.flow)
+            .arg(GROUP)
+            .arg(&self.consumer)
+            .arg(count)
+            .arg(flow.max_in_flight.unwrap_or(0))
+            .arg(per_ms)
+            .arg(burst)
+            .arg(spent)
+            .invoke_async(&mut reader.conn)
+            .await;
+        match reply {
+            Ok(v) => Ok(codec::read_reply(v, queue, lease.as_millis() as u64)),
+            Err(e) if e.to_string().contains("NOGROUP") => {
+                reader.group_ready = false;
+                Ok(Vec::new())
+            }
+            Err(e) => Err(classify(e)),
+        }
     }
 
     async fn read_new(

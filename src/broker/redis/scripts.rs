@@ -143,6 +143,51 @@ return {claimed[1], out}
     ))
 });
 
+/// KEYS: stream, flow. ARGV: group, consumer, count, max in flight (0 for
+/// none), leases a millisecond (0 for no rate), bucket size, deliveries the
+/// batch already has (reclaimed by `MAINTAIN`, which spend tokens too).
+/// Reads up to `count` new entries, as `XREADGROUP` without `BLOCK` does,
+/// but no more than leave `max in flight` entries pending in the group
+/// (leased, or waiting to be reclaimed) and no more than the whole tokens
+/// in the queue's rate bucket, refilled by the server's clock. In one step,
+/// so that hosts reading at once cannot both take the last place. Returns
+/// the `XREADGROUP` reply, or nil.
+pub static TAKE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PRELUDE}{}",
+        r#"
+local group, consumer, want = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local limit, per_ms, burst, spent = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local now = server_now()
+if limit > 0 then
+  local pending = redis.call('XPENDING', KEYS[1], group)[1]
+  want = math.min(want, math.max(limit - pending, 0))
+end
+local tokens = 0
+if per_ms > 0 then
+  local state = redis.call('HMGET', KEYS[2], 'tokens', 'at')
+  tokens = burst
+  if state[1] then
+    local elapsed = math.max(now - tonumber(state[2]), 0)
+    tokens = math.min(burst, tonumber(state[1]) + elapsed * per_ms)
+  end
+  tokens = tokens - spent
+  want = math.min(want, math.max(math.floor(tokens), 0))
+end
+local reply = false
+local got = 0
+if want > 0 then
+  reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', KEYS[1], '>')
+  if reply then got = #reply[1][2] end
+end
+if per_ms > 0 then
+  redis.call('HSET', KEYS[2], 'tokens', tostring(tokens - got), 'at', now)
+end
+return reply
+"#
+    ))
+});
+
 /// KEYS: idempotency keys whose `SET NX GET` found the claiming delivery's
 /// own lease (it claimed again). ARGV: lease ms, then one holder (the
 /// delivery's receipt) per key. Checks and renews in one step, because in

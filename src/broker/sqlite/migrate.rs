@@ -10,8 +10,10 @@ use super::{dead, kv, presence, queue, topics};
 
 /// The schema version this build writes (`PRAGMA user_version`).
 /// Version 4 added the `paused` table: a host of an earlier version would
-/// not honour a pause, so it must not open the file.
-pub(super) const VERSION: i64 = 4;
+/// not honour a pause, so it must not open the file. Version 5 added the
+/// `flow` table (rate buckets), for the same reason: an earlier host would
+/// lease past `max_in_flight` and `rate`.
+pub(super) const VERSION: i64 = 5;
 
 /// Columns added after their table was first released: table, column,
 /// definition. The definitions must have defaults, since rows exist.
@@ -125,7 +127,12 @@ mod tests {
         let dead = broker.dead_letter("q", "d1").await.unwrap().unwrap();
         assert_eq!((dead.attempts, dead.redrives), (3, 0));
         let got = broker
-            .receive("q", 10, std::time::Duration::from_secs(30))
+            .receive(
+                "q",
+                10,
+                std::time::Duration::from_secs(30),
+                Default::default(),
+            )
             .await
             .unwrap();
         assert_eq!(got.len(), 1);

@@ -11,7 +11,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{SqliteBroker, classify, dead};
 use crate::broker::codec::{decode_headers, encode_headers, lease_expired};
-use crate::broker::{ClaimState, KeyClaim, Queue, Result, Settlement};
+use crate::broker::{ClaimState, Flow, KeyClaim, Queue, Rate, Result, Settlement};
 use crate::message::{Delivery, NewMessage, new_id, now_ms};
 
 pub(super) const SCHEMA: &str = "
@@ -43,6 +43,11 @@ CREATE INDEX IF NOT EXISTS keys_expiry ON keys (expires_at);
 CREATE TABLE IF NOT EXISTS queues (
     queue TEXT PRIMARY KEY
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS flow (
+    queue      TEXT PRIMARY KEY,
+    tokens     REAL NOT NULL,
+    updated_at INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS counters (
     queue      TEXT PRIMARY KEY,
     done       INTEGER NOT NULL DEFAULT 0,
@@ -59,9 +64,15 @@ impl Queue for SqliteBroker {
             .await
     }
 
-    async fn receive(&self, queue: &str, max: usize, lease: Duration) -> Result<Vec<Delivery>> {
+    async fn receive(
+        &self,
+        queue: &str,
+        max: usize,
+        lease: Duration,
+        flow: Flow,
+    ) -> Result<Vec<Delivery>> {
         let queue = queue.to_string();
-        self.call(move |conn| receive(conn, &queue, max, lease))
+        self.call(move |conn| receive(conn, &queue, max, lease, flow))
             .await
     }
 
@@ -128,10 +139,23 @@ fn insert_messages(conn: &Connection, messages: &[NewMessage], now: u64) -> Resu
 
 /// Lease up to `max` due messages of `queue`: pick them, then mark each
 /// leased with a new receipt and one more attempt.
-fn receive(conn: &Connection, queue: &str, max: usize, lease: Duration) -> Result<Vec<Delivery>> {
+fn receive(
+    conn: &Connection,
+    queue: &str,
+    max: usize,
+    lease: Duration,
+    flow: Flow,
+) -> Result<Vec<Delivery>> {
     let now = now_ms();
     let lease_until = now + lease.as_millis() as u64;
+    let max = allowed(conn, queue, max, flow, now)?;
+    if max == 0 {
+        return Ok(Vec::new());
+    }
     let picked = pick_due(conn, queue, max, now, lease_until)?;
+    if flow.rate.is_some() {
+        spend_tokens(conn, queue, picked.len(), now)?;
+    }
     let mut update = conn
         .prepare_cached(
             "UPDATE messages SET leased = 1, visible_at = ?2, receipt = ?3, attempt = ?4, last_error = ?5
@@ -152,6 +176,64 @@ fn receive(conn: &Connection, queue: &str, max: usize, lease: Duration) -> Resul
         out.push(d);
     }
     Ok(out)
+}
+
+/// How many of `max` leases `flow` allows now: no more than
+/// `max_in_flight` leased at once (leases that ran out do not count), nor
+/// more than the whole tokens in the queue's rate bucket, refilled for the
+/// time since it was last spent. Runs in the receive's transaction, so two
+/// hosts on one file cannot both take the last place.
+fn allowed(conn: &Connection, queue: &str, max: usize, flow: Flow, now: u64) -> Result<usize> {
+    let mut max = max;
+    if let Some(limit) = flow.max_in_flight {
+        let leased: i64 = conn
+            .prepare_cached(
+                "SELECT count(*) FROM messages WHERE queue = ?1 AND leased = 1 AND visible_at > ?2",
+            )
+            .and_then(|mut s| s.query_row(params![queue, now as i64], |r| r.get(0)))
+            .map_err(classify)?;
+        max = max.min((i64::from(limit) - leased).max(0) as usize);
+    }
+    if let (Some(rate), true) = (flow.rate, max > 0) {
+        let tokens = refill(conn, queue, rate, now)?;
+        max = max.min(tokens.floor().max(0.0) as usize);
+    }
+    Ok(max)
+}
+
+/// The queue's rate bucket refilled to `now` (and written back), full for a
+/// queue that has none yet.
+fn refill(conn: &Connection, queue: &str, rate: Rate, now: u64) -> Result<f64> {
+    let stored: Option<(f64, i64)> = conn
+        .prepare_cached("SELECT tokens, updated_at FROM flow WHERE queue = ?1")
+        .and_then(|mut s| {
+            s.query_row([queue], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
+        .map_err(classify)?;
+    let burst = rate.burst();
+    let tokens = match stored {
+        None => burst,
+        Some((tokens, at)) => {
+            let elapsed = now.saturating_sub(at.max(0) as u64) as f64;
+            (tokens + elapsed * rate.per_ms()).min(burst)
+        }
+    };
+    conn.prepare_cached(
+        "INSERT INTO flow (queue, tokens, updated_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (queue) DO UPDATE SET tokens = ?2, updated_at = ?3",
+    )
+    .and_then(|mut s| s.execute(params![queue, tokens, now as i64]))
+    .map_err(classify)?;
+    Ok(tokens)
+}
+
+/// Take `n` tokens from the queue's bucket (refilled by `allowed` just now).
+fn spend_tokens(conn: &Connection, queue: &str, n: usize, now: u64) -> Result<()> {
+    conn.prepare_cached("UPDATE flow SET tokens = tokens - ?2, updated_at = ?3 WHERE queue = ?1")
+        .and_then(|mut s| s.execute(params![queue, n as f64, now as i64]))
+        .map_err(classify)?;
+    Ok(())
 }
 
 /// The due messages of `queue`, oldest due first, as the deliveries they
@@ -502,7 +584,7 @@ mod fuzz {
                 params![key, payload, headers, attempt, error],
             )
             .unwrap();
-            let got = receive(&conn, "q", 10, Duration::from_secs(1)).unwrap();
+            let got = receive(&conn, "q", 10, Duration::from_secs(1), Flow::default()).unwrap();
             prop_assert_eq!(got.len(), 1);
             prop_assert_eq!(&got[0].payload, &payload);
             prop_assert_eq!(got[0].attempt, attempt + 1);
@@ -520,7 +602,7 @@ mod fuzz {
             m.headers = headers.clone();
             m.key = key.clone();
             let ids = insert_messages(&conn, &[m], 0).unwrap();
-            let got = receive(&conn, "q", 10, Duration::from_secs(1)).unwrap();
+            let got = receive(&conn, "q", 10, Duration::from_secs(1), Flow::default()).unwrap();
             prop_assert_eq!(&got[0].id, &ids[0]);
             prop_assert_eq!(&got[0].payload, &payload);
             prop_assert_eq!(&got[0].headers, &headers);

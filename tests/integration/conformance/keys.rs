@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::broker::{Broker, ClaimState, KeyClaim, Settlement};
+use sluice::broker::{Broker, ClaimState, Flow, KeyClaim, Settlement};
 use sluice::client::{Client, PublishError, PublishOptions};
 
 use super::{LEASE, SHORT, msg, receive_n, receive_one, stats_until};
@@ -82,7 +82,7 @@ pub async fn the_client_publishes_with_options(b: Arc<dyn Broker>) {
         .header("source", "shop")
         .delay(Duration::from_millis(300));
     let later = client.publish_with("q", b"later", options).await.unwrap();
-    let now = b.receive("q", 10, LEASE).await.unwrap();
+    let now = b.receive("q", 10, LEASE, Flow::default()).await.unwrap();
     assert_eq!(now.len(), 1, "the delayed one is not due yet");
     assert_eq!(
         (now[0].id.as_str(), now[0].key.as_str()),

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::broker::{Broker, ReplaySelector, Settlement};
+use sluice::broker::{Broker, Flow, ReplaySelector, Settlement};
 use sluice::message::{Delivery, NewMessage};
 
 use super::{LEASE, msg, receive_n, receive_one};
@@ -233,7 +233,7 @@ async fn kill_many(b: &dyn Broker, queue: &str, n: usize) -> Vec<String> {
     b.publish(messages).await.unwrap();
     let mut ids = Vec::new();
     while ids.len() < n {
-        let got = b.receive(queue, 500, LEASE).await.unwrap();
+        let got = b.receive(queue, 500, LEASE, Flow::default()).await.unwrap();
         ids.extend(ids_of(&got));
         b.settle(&got.into_iter().map(dead).collect::<Vec<_>>())
             .await
@@ -258,7 +258,7 @@ pub async fn replay_walks_a_long_dead_letter_stream(b: Arc<dyn Broker>) {
     assert_eq!(b.replay("q", &across).await.unwrap(), 1200);
     let mut back = Vec::new();
     while back.len() < 1203 {
-        let got = b.receive("q", 1000, LEASE).await.unwrap();
+        let got = b.receive("q", 1000, LEASE, Flow::default()).await.unwrap();
         assert!(!got.is_empty(), "{} of 1203 came back", back.len());
         back.extend(ids_of(&got));
     }

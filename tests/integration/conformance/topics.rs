@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use sluice::broker::Broker;
+use sluice::broker::{Broker, Flow};
 use sluice::client::{Client, PublishError};
 use sluice::topic::{Binding, CLI_ORIGIN, ROUTE_HEADER, TOPIC_HEADER};
 
@@ -156,7 +156,7 @@ pub async fn topic_publish_copies_to_matching_queues(b: Arc<dyn Broker>) {
     let count = |t: &str| stats.iter().find(|s| s.topic == t).map(|s| s.unmatched);
     assert_eq!((count("orders"), count("nobody")), (Some(2), Some(1)));
     assert!(
-        b.receive("parked", 10, super::LEASE)
+        b.receive("parked", 10, super::LEASE, Flow::default())
             .await
             .unwrap()
             .is_empty()
