@@ -243,19 +243,22 @@ impl Dispatch for NativeNoop {
     }
 }
 
-/// Preload `n` messages of 100 bytes into `broker`, then time one worker
-/// draining them. Returns messages per second. Besides the rate it prints the
-/// CPU this process spent per message (the sluice side) and, on Redis, what
-/// the server did per message: commands, CPU, and the costliest commands.
-/// What a drain's worker reports to, as a host with its admin endpoint on
-/// would: nothing, metrics, or metrics scraped every second meanwhile.
+/// What a drain's worker has besides the handler, against plain reuse:
+/// nothing, metrics (as a host with its admin endpoint on has), metrics
+/// scraped every second meanwhile, or a rate limit too high to bind
+/// (`1000000/s`), which the broker still keeps.
 #[derive(Clone, Copy, PartialEq)]
 enum Observed {
     Off,
     Metrics,
     Scraped,
+    UnusedRate,
 }
 
+/// Preload `n` messages of 100 bytes into `broker`, then time one worker
+/// draining them. Besides the rate it prints the CPU this process spent
+/// per message (the sluice side) and, on Redis, what the server did per
+/// message: commands, CPU, and the costliest commands.
 async fn drain(
     label: &str,
     broker: Arc<dyn Broker>,
@@ -275,7 +278,11 @@ async fn drain(
     let url = REDIS_URL.with(|u| u.borrow().clone());
     let before = RedisSnapshot::take(&url).await;
     let cpu_before = process_cpu();
-    let metrics = (observed != Observed::Off).then(Metrics::new);
+    let metrics = matches!(observed, Observed::Metrics | Observed::Scraped).then(Metrics::new);
+    let mut spec = spec;
+    if observed == Observed::UnusedRate {
+        spec.flow.rate = Some("1000000/s".parse().unwrap());
+    }
     let worker = match &metrics {
         None => QueueWorker::new(broker.clone(), dispatch, spec),
         Some(m) => {
@@ -521,10 +528,11 @@ async fn drains(
     mut fresh_broker: impl AsyncFnMut() -> Arc<dyn Broker>,
 ) {
     // SLUICE_BENCH_MODES=reuse (say) runs only some of them, e.g. to profile
-    // one; the ratios need the native one. `metrics` and `scraped` are reuse
-    // with metrics on (and scraped every second), against plain reuse.
-    let modes =
-        std::env::var("SLUICE_BENCH_MODES").unwrap_or("native,fresh,reuse,metrics,scraped".into());
+    // one; the ratios need the native one. `metrics`, `scraped` and `rated`
+    // are reuse with metrics on, scraped every second, or with a rate limit
+    // too high to bind, against plain reuse.
+    let modes = std::env::var("SLUICE_BENCH_MODES")
+        .unwrap_or("native,fresh,reuse,metrics,scraped,rated".into());
     let wanted = |m: &str| modes.split(',').any(|w| w.trim() == m);
     let spec = tuned(
         load(runtime, "hello", InstanceMode::Fresh).spec.clone(),
@@ -579,6 +587,7 @@ async fn drains(
     let observed: Vec<_> = [
         ("metrics", Observed::Metrics),
         ("scraped", Observed::Scraped),
+        ("rated", Observed::UnusedRate),
     ]
     .into_iter()
     .filter(|(mode, _)| wanted(mode))
@@ -588,8 +597,8 @@ async fn drains(
     }
 }
 
-/// What metrics cost: `hello` reuse drains with metrics off (the baseline),
-/// then with each of `observed`, `rounds` times, each round in a rotated
+/// What metrics and an unused rate limit cost: `hello` reuse drains with
+/// neither (the baseline), then with each of `observed`, `rounds` times, each round in a rotated
 /// order so that drift in a noisy machine falls on every mode alike. Prints
 /// each mode's median ratio to the baseline of its own round, by rate and
 /// by CPU per message.
@@ -632,7 +641,7 @@ async fn metrics_cost(
     for ((mode, _), (rate, cpu)) in observed.iter().zip(&mut ratios) {
         let label = format!("{name} hello reuse+{mode}");
         println!(
-            "ratio   {label:<28} {:>9.3} × reuse without metrics (CPU/msg {:.3} ×; median of {rounds} round{})",
+            "ratio   {label:<28} {:>9.3} × plain reuse (CPU/msg {:.3} ×; median of {rounds} round{})",
             median(rate),
             median(cpu),
             if rounds == 1 { "" } else { "s" }

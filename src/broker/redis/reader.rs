@@ -12,7 +12,7 @@ use tokio::sync::Mutex;
 use super::codec::{self, Entry, int};
 use super::conn::{Conn, classify};
 use super::{BLOCK, GROUP, MAINTAIN_EVERY, QueueKeys, RedisBroker, scripts};
-use crate::broker::{Flow, Result};
+use crate::broker::{Flow, Rate, Result};
 use crate::message::{Delivery, now_ms};
 
 /// The receiving side of one queue: its own connection, because a blocking
@@ -68,25 +68,73 @@ impl RedisBroker {
             out = self.maintain(reader, &keys, queue, max, lease).await?;
         }
         if out.len() < max {
-            let fresh = if flow == Flow::default() {
-                let block = out.is_empty();
-                self.read_new(reader, &keys, queue, max - out.len(), block, lease)
-                    .await?
-            } else {
-                self.take_new(
-                    reader,
-                    &keys,
-                    queue,
-                    max - out.len(),
-                    out.len(),
-                    lease,
-                    flow,
-                )
-                .await?
+            let (count, spent, block) = (max - out.len(), out.len(), out.is_empty());
+            let fresh = match flow {
+                Flow {
+                    max_in_flight: None,
+                    rate: None,
+                } => {
+                    self.read_new(reader, &keys, queue, count, block, lease)
+                        .await?
+                }
+                Flow {
+                    max_in_flight: None,
+                    rate: Some(rate),
+                } => {
+                    self.read_rated(reader, &keys, queue, (count, spent, block), lease, rate)
+                        .await?
+                }
+                Flow { .. } => {
+                    self.take_new(reader, &keys, queue, count, spent, lease, flow)
+                        .await?
+                }
             };
             out.extend(fresh);
         }
         Ok(out)
+    }
+
+    /// Up to `count` new entries within `rate`: tokens granted by `TOKENS`,
+    /// a plain read of as many, and the tokens it did not use given back.
+    /// `spent` deliveries of this batch were reclaimed already and take
+    /// their tokens too.
+    async fn read_rated(
+        &self,
+        reader: &mut Reader,
+        keys: &QueueKeys,
+        queue: &str,
+        (count, spent, block): (usize, usize, bool),
+        lease: Duration,
+        rate: Rate,
+    ) -> Result<Vec<Delivery>> {
+        let granted = self.tokens(keys, rate, count, -(spent as i64)).await?;
+        if granted == 0 {
+            return Ok(Vec::new());
+        }
+        let read = self
+            .read_new(reader, keys, queue, granted, block, lease)
+            .await;
+        let unused = granted - read.as_ref().map_or(0, Vec::len);
+        if unused > 0 {
+            self.tokens(keys, rate, 0, unused as i64).await?;
+        }
+        read
+    }
+
+    /// Run `TOKENS`: give `back` tokens to the queue's bucket, then take up
+    /// to `want`; how many were taken.
+    async fn tokens(&self, keys: &QueueKeys, rate: Rate, want: usize, back: i64) -> Result<usize> {
+        let mut conn = self.conn.clone();
+        let granted: i64 = scripts::TOKENS
+            .key(&keys.flow)
+            .arg(want)
+            .arg(rate.per_ms())
+            .arg(rate.burst())
+            .arg(back)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        Ok(granted.max(0) as usize)
     }
 
     /// Up to `count` new entries within `flow`'s limits, read by `TAKE`
