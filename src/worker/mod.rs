@@ -243,12 +243,7 @@ impl QueueWorker {
                 }
                 continue;
             }
-            let want = permits.num_permits();
-            let batch = match self
-                .broker
-                .receive(&spec.queue, want, spec.lease, spec.flow)
-                .await
-            {
+            let batch = match self.receive(permits.num_permits()).await {
                 Ok(batch) => {
                     broker_backoff = Duration::from_millis(50);
                     batch
@@ -285,6 +280,14 @@ impl QueueWorker {
 }
 
 impl QueueWorker {
+    /// Lease up to `want` messages of the queue, within its flow limits.
+    async fn receive(&self, want: usize) -> crate::broker::Result<Vec<Delivery>> {
+        let spec = &*self.spec;
+        self.broker
+            .receive(&spec.queue, want, spec.lease, spec.flow)
+            .await
+    }
+
     /// Wait until the queue is resumed; true if `stop` came first.
     async fn resumed_or_stopped(&self, stop: &mut watch::Receiver<bool>) -> bool {
         tokio::select! {
