@@ -36,6 +36,7 @@ pub mod kv;
 pub mod presence;
 pub mod queue;
 pub mod redis;
+pub mod schedules;
 pub mod sqlite;
 pub mod topics;
 
@@ -45,14 +46,15 @@ pub use error::{BrokerError, Result};
 pub use kv::KvStore;
 pub use presence::{HandlerStatus, PAUSE_POLL, Presence, QueueStats, STATUS_EVERY, STATUS_STALE};
 pub use queue::{ClaimState, Flow, KeyClaim, Queue, Rate, Settlement};
+pub use schedules::{LastTick, Schedules, Tick};
 pub use sqlite::SqliteBroker;
 pub use topics::TopicStore;
 
 /// A whole broker: every role. Implemented for any type that has them all,
 /// so a backend implements the roles and nothing else.
-pub trait Broker: Queue + DeadLetters + Presence + KvStore + TopicStore {}
+pub trait Broker: Queue + DeadLetters + Presence + KvStore + TopicStore + Schedules {}
 
-impl<T: Queue + DeadLetters + Presence + KvStore + TopicStore + ?Sized> Broker for T {}
+impl<T: Queue + DeadLetters + Presence + KvStore + TopicStore + Schedules + ?Sized> Broker for T {}
 
 /// Open the broker a URL names: `sqlite://PATH` or `redis://HOST:PORT[/DB]`.
 pub async fn connect(url: &str) -> anyhow::Result<Arc<dyn Broker>> {

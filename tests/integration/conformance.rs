@@ -573,4 +573,5 @@ mod keys;
 mod kv;
 mod pause;
 mod replay;
+mod schedules;
 mod topics;

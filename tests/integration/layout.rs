@@ -142,6 +142,7 @@ fn every_broker_backend_implements_each_role_in_its_own_file() {
         ("presence.rs", "Presence"),
         ("kv.rs", "KvStore"),
         ("topics.rs", "TopicStore"),
+        ("schedules.rs", "Schedules"),
     ];
     let broker = src().join("broker");
     let mut backends = Vec::new();

@@ -28,6 +28,7 @@ mod presence;
 mod queue;
 mod reader;
 mod relay;
+mod schedules;
 mod scripts;
 mod topics;
 
@@ -83,6 +84,8 @@ struct QueueKeys {
     leases: String,
     /// The rate bucket: `tokens` and `at` (see `TAKE`).
     flow: String,
+    /// The last tick of each schedule of the queue, by name (see `FIRE`).
+    schedules: String,
 }
 
 impl QueueKeys {
@@ -97,6 +100,7 @@ impl QueueKeys {
             dead_index: key(queue, "deadidx"),
             leases: key(queue, "leases"),
             flow: key(queue, "flow"),
+            schedules: key(queue, "schedules"),
         }
     }
 }

@@ -217,6 +217,33 @@ return granted
     ))
 });
 
+/// KEYS: stream, delayed, bodies, schedules. ARGV: schedule, tick ms,
+/// then, to publish, five as in `PUBLISH`: id, key ("" = the id), payload,
+/// headers ("" = none), delay ms. Fires the tick unless the schedule's last
+/// tick (a field of `schedules`) is at or after it: records it, and
+/// enqueues the message when there is one. Returns 1 if it fired, else 0.
+pub static FIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PRELUDE}{}",
+        r#"
+local tick = tonumber(ARGV[2])
+local last = redis.call('HGET', KEYS[4], ARGV[1])
+if last and tonumber(last) >= tick then return 0 end
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
+if #ARGV >= 7 then
+  local now = server_now()
+  local fields = {'i', ARGV[3], 'p', ARGV[5]}
+  if ARGV[4] ~= '' and ARGV[4] ~= ARGV[3] then set_field(fields, 'k', ARGV[4]) end
+  if ARGV[6] ~= '' then set_field(fields, 'h', ARGV[6]) end
+  local delay = tonumber(ARGV[7])
+  if delay > 0 then set_field(fields, 't', tostring(now)) end
+  enqueue(KEYS[1], KEYS[2], KEYS[3], ARGV[3], fields, now + delay, now)
+end
+return 1
+"#
+    ))
+});
+
 /// KEYS: idempotency keys whose `SET NX GET` found the claiming delivery's
 /// own lease (it claimed again). ARGV: lease ms, then one holder (the
 /// delivery's receipt) per key. Checks and renews in one step, because in

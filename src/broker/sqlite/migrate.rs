@@ -6,13 +6,14 @@
 
 use rusqlite::Connection;
 
-use super::{dead, kv, presence, queue, topics};
+use super::{dead, kv, presence, queue, schedules, topics};
 
 /// The schema version this build writes (`PRAGMA user_version`).
 /// Version 4 added the `paused` table: a host of an earlier version would
 /// not honour a pause, so it must not open the file. Version 5 added the
 /// `flow` table (rate buckets), for the same reason: an earlier host would
-/// lease past `max_in_flight` and `rate`.
+/// lease past `max_in_flight` and `rate`. Version 5 also has the
+/// `schedule_ticks` table.
 pub(super) const VERSION: i64 = 5;
 
 /// Columns added after their table was first released: table, column,
@@ -34,6 +35,7 @@ pub(super) fn prepare(conn: &Connection) -> anyhow::Result<()> {
         presence::SCHEMA,
         kv::SCHEMA,
         topics::SCHEMA,
+        schedules::SCHEMA,
     ] {
         conn.execute_batch(schema)?;
     }

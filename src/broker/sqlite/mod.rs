@@ -35,6 +35,7 @@ mod kv;
 mod migrate;
 mod presence;
 mod queue;
+mod schedules;
 mod topics;
 
 /// How often expired idempotency keys and key-value entries are deleted.

@@ -100,7 +100,11 @@ impl Queue for SqliteBroker {
 
 /// Insert `messages`, each due after its own delay from `now`; their ids.
 /// Each queue is remembered in `queues`, which `stats` lists.
-fn insert_messages(conn: &Connection, messages: &[NewMessage], now: u64) -> Result<Vec<String>> {
+pub(super) fn insert_messages(
+    conn: &Connection,
+    messages: &[NewMessage],
+    now: u64,
+) -> Result<Vec<String>> {
     let mut known = conn
         .prepare_cached("INSERT OR IGNORE INTO queues (queue) VALUES (?1)")
         .map_err(classify)?;

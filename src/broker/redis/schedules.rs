@@ -1,0 +1,67 @@
+//! Schedule ticks on Redis: each queue's hash `schedules` holds the last
+//! tick of each of its schedules, by name, and `FIRE` checks it, records
+//! the tick and enqueues its message in one step on the queue's hash slot.
+
+use async_trait::async_trait;
+
+use super::codec::encode_headers;
+use super::conn::classify;
+use super::{QUEUES_KEY, QueueKeys, RedisBroker, scripts};
+use crate::broker::Result;
+use crate::broker::schedules::{self, LastTick, Schedules, Tick};
+use crate::message::new_id;
+
+#[async_trait]
+impl Schedules for RedisBroker {
+    async fn fire(&self, tick: Tick) -> Result<bool> {
+        schedules::check(&tick)?;
+        self.register([tick.queue.as_str()]).await?;
+        let keys = QueueKeys::new(&tick.queue);
+        let mut script = scripts::FIRE.prepare_invoke();
+        script
+            .key(&keys.stream)
+            .key(&keys.delayed)
+            .key(&keys.bodies)
+            .key(&keys.schedules)
+            .arg(&tick.schedule)
+            .arg(tick.at_ms);
+        if let Some(m) = &tick.message {
+            script
+                .arg(new_id())
+                .arg(m.key.as_deref().unwrap_or(""))
+                .arg(&m.payload)
+                .arg(encode_headers(&m.headers))
+                .arg(m.delay.as_millis() as u64);
+        }
+        let fired: i64 = script
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(classify)?;
+        Ok(fired == 1)
+    }
+
+    async fn last_ticks(&self) -> Result<Vec<LastTick>> {
+        let mut conn = self.conn.clone();
+        let mut queues: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(QUEUES_KEY)
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        queues.sort();
+        let mut out = Vec::new();
+        for queue in queues {
+            let mut ticks: Vec<(String, u64)> = redis::cmd("HGETALL")
+                .arg(QueueKeys::new(&queue).schedules)
+                .query_async(&mut conn)
+                .await
+                .map_err(classify)?;
+            ticks.sort();
+            out.extend(ticks.into_iter().map(|(schedule, at_ms)| LastTick {
+                queue: queue.clone(),
+                schedule,
+                at_ms,
+            }));
+        }
+        Ok(out)
+    }
+}
