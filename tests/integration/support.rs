@@ -169,13 +169,7 @@ impl Env {
 
     /// `sluice stats --json`, by queue.
     pub fn stats(&self) -> BTreeMap<String, Value> {
-        self.sluice(&["--json", "stats"])
-            .lines()
-            .map(|l| {
-                let v: Value = serde_json::from_str(l).unwrap();
-                (v["queue"].as_str().unwrap().to_string(), v)
-            })
-            .collect()
+        by_queue(&self.sluice(&["--json", "stats"]))
     }
 
     /// One counter of one queue; 0 for a queue the broker does not know.
@@ -193,12 +187,7 @@ impl Env {
         if !out.status.success() {
             return None;
         }
-        let stdout = String::from_utf8(out.stdout).unwrap();
-        let by_queue = stdout.lines().map(|l| {
-            let v: Value = serde_json::from_str(l).unwrap();
-            (v["queue"].as_str().unwrap().to_string(), v)
-        });
-        Some(by_queue.collect())
+        Some(by_queue(&String::from_utf8(out.stdout).unwrap()))
     }
 
     /// One counter of one queue, or `None` when the broker could not be
@@ -287,6 +276,17 @@ pub fn run_with_deadline(mut cmd: Command, deadline: Duration) -> Output {
             panic!("{cmd:?} did not finish within {deadline:?}");
         }
     }
+}
+
+/// The lines of `sluice --json stats`, by queue.
+fn by_queue(stdout: &str) -> BTreeMap<String, Value> {
+    stdout
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (v["queue"].as_str().unwrap().to_string(), v)
+        })
+        .collect()
 }
 
 /// Poll `check` every 20 ms until it holds, or fail after `limit`.

@@ -169,6 +169,18 @@ impl RedisBroker {
     }
 
     /// Remember a queue name in the set `stats` lists.
+    /// The members of the set at `key`, sorted: the known queues
+    /// ([`QUEUES_KEY`]) or the paused ones.
+    async fn sorted_members(&self, key: &str) -> Result<Vec<String>> {
+        let mut members: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(key)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(classify)?;
+        members.sort();
+        Ok(members)
+    }
+
     async fn register(&self, queues: impl IntoIterator<Item = &str>) -> Result<()> {
         let new: Vec<String> = {
             let known = self.registered.lock().expect("registered lock");

@@ -41,13 +41,7 @@ impl Presence for RedisBroker {
     }
 
     async fn stats(&self) -> Result<Vec<QueueStats>> {
-        let mut conn = self.conn.clone();
-        let mut queues: Vec<String> = redis::cmd("SMEMBERS")
-            .arg(QUEUES_KEY)
-            .query_async(&mut conn)
-            .await
-            .map_err(classify)?;
-        queues.sort();
+        let queues = self.sorted_members(QUEUES_KEY).await?;
         let mut out = Vec::with_capacity(queues.len());
         for q in queues {
             out.push(self.queue_stats(&q).await?);
@@ -75,14 +69,7 @@ impl Presence for RedisBroker {
     }
 
     async fn paused(&self) -> Result<Vec<String>> {
-        let mut conn = self.conn.clone();
-        let mut queues: Vec<String> = redis::cmd("SMEMBERS")
-            .arg(PAUSED_KEY)
-            .query_async(&mut conn)
-            .await
-            .map_err(classify)?;
-        queues.sort();
-        Ok(queues)
+        self.sorted_members(PAUSED_KEY).await
     }
 
     async fn put_handler_statuses(&self, host: &str, statuses: Vec<HandlerStatus>) -> Result<()> {

@@ -40,12 +40,7 @@ impl Queue for RedisBroker {
                     .key(&keys.bodies)
                     .arg(0);
                 for (id, m) in chunk {
-                    script
-                        .arg(*id)
-                        .arg(m.key.as_deref().unwrap_or(""))
-                        .arg(&m.payload)
-                        .arg(encode_headers(&m.headers))
-                        .arg(m.delay.as_millis() as u64);
+                    message_args(&mut script, id, m);
                 }
                 script
                     .invoke_async::<()>(&mut conn)
@@ -403,13 +398,20 @@ fn is_plain(s: &Settlement, now_ms: u64) -> bool {
 
 /// The six arguments of one publish in the settle script's outbox format.
 fn publish_args(script: &mut redis::ScriptInvocation<'_>, p: &NewMessage) {
+    script.arg(&p.queue);
+    message_args(script, &new_id(), p);
+}
+
+/// The five arguments of message `m` with `id`, as the scripts that enqueue
+/// take them (see `enqueue_message` in the scripts' prelude): id, key (""
+/// for the id), payload, headers ("" for none), delay ms.
+pub(super) fn message_args(script: &mut redis::ScriptInvocation<'_>, id: &str, m: &NewMessage) {
     script
-        .arg(&p.queue)
-        .arg(new_id())
-        .arg(p.key.as_deref().unwrap_or(""))
-        .arg(&p.payload)
-        .arg(encode_headers(&p.headers))
-        .arg(p.delay.as_millis() as u64);
+        .arg(id)
+        .arg(m.key.as_deref().unwrap_or(""))
+        .arg(&m.payload)
+        .arg(encode_headers(&m.headers))
+        .arg(m.delay.as_millis() as u64);
 }
 
 /// `items` grouped by the queue `queue_of` names, queues and items each in

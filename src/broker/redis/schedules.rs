@@ -4,8 +4,8 @@
 
 use async_trait::async_trait;
 
-use super::codec::encode_headers;
 use super::conn::classify;
+use super::queue::message_args;
 use super::{QUEUES_KEY, QueueKeys, RedisBroker, scripts};
 use crate::broker::Result;
 use crate::broker::schedules::{self, LastTick, Schedules, Tick};
@@ -26,12 +26,7 @@ impl Schedules for RedisBroker {
             .arg(&tick.schedule)
             .arg(tick.at_ms);
         if let Some(m) = &tick.message {
-            script
-                .arg(new_id())
-                .arg(m.key.as_deref().unwrap_or(""))
-                .arg(&m.payload)
-                .arg(encode_headers(&m.headers))
-                .arg(m.delay.as_millis() as u64);
+            message_args(&mut script, &new_id(), m);
         }
         let fired: i64 = script
             .invoke_async(&mut self.conn.clone())
@@ -42,14 +37,8 @@ impl Schedules for RedisBroker {
 
     async fn last_ticks(&self) -> Result<Vec<LastTick>> {
         let mut conn = self.conn.clone();
-        let mut queues: Vec<String> = redis::cmd("SMEMBERS")
-            .arg(QUEUES_KEY)
-            .query_async(&mut conn)
-            .await
-            .map_err(classify)?;
-        queues.sort();
         let mut out = Vec::new();
-        for queue in queues {
+        for queue in self.sorted_members(QUEUES_KEY).await? {
             let mut ticks: Vec<(String, u64)> = redis::cmd("HGETALL")
                 .arg(QueueKeys::new(&queue).schedules)
                 .query_async(&mut conn)

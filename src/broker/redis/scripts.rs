@@ -60,6 +60,24 @@ local function enqueue(stream, delayed, bodies, id, fields, due, now)
     redis.call('XADD', stream, '*', unpack(fields))
   end
 end
+-- Queue the message whose five arguments start at ARGV[i]: id, key ("" =
+-- the id), payload, headers ("" = none), delay ms.
+local function enqueue_message(stream, delayed, bodies, i, now)
+  local fields = {'i', ARGV[i], 'p', ARGV[i + 2]}
+  if ARGV[i + 1] ~= '' and ARGV[i + 1] ~= ARGV[i] then set_field(fields, 'k', ARGV[i + 1]) end
+  if ARGV[i + 3] ~= '' then set_field(fields, 'h', ARGV[i + 3]) end
+  local delay = tonumber(ARGV[i + 4])
+  if delay > 0 then set_field(fields, 't', tostring(now)) end
+  enqueue(stream, delayed, bodies, ARGV[i], fields, now + delay, now)
+end
+-- The tokens in the rate bucket at `key` (fields tokens, at), refilled to
+-- `now` at `per_ms` up to `burst`; a bucket not made yet is full.
+local function refill(key, per_ms, burst, now)
+  local state = redis.call('HMGET', key, 'tokens', 'at')
+  if not state[1] then return burst end
+  local elapsed = math.max(now - tonumber(state[2]), 0)
+  return math.min(burst, tonumber(state[1]) + elapsed * per_ms)
+end
 "#;
 
 /// KEYS: stream, delayed, bodies, then with a marker TTL one marker key per
@@ -81,12 +99,7 @@ for i = 2, #ARGV, 5 do
     fresh = redis.call('SET', KEYS[3 + m], '1', 'NX', 'PX', ttl)
   end
   if fresh then
-    local fields = {'i', ARGV[i], 'p', ARGV[i + 2]}
-    if ARGV[i + 1] ~= '' and ARGV[i + 1] ~= ARGV[i] then set_field(fields, 'k', ARGV[i + 1]) end
-    if ARGV[i + 3] ~= '' then set_field(fields, 'h', ARGV[i + 3]) end
-    local delay = tonumber(ARGV[i + 4])
-    if delay > 0 then set_field(fields, 't', tostring(now)) end
-    enqueue(KEYS[1], KEYS[2], KEYS[3], ARGV[i], fields, now + delay, now)
+    enqueue_message(KEYS[1], KEYS[2], KEYS[3], i, now)
     n = n + 1
   end
 end
@@ -167,13 +180,7 @@ if limit > 0 then
 end
 local tokens = 0
 if per_ms > 0 then
-  local state = redis.call('HMGET', KEYS[2], 'tokens', 'at')
-  tokens = burst
-  if state[1] then
-    local elapsed = math.max(now - tonumber(state[2]), 0)
-    tokens = math.min(burst, tonumber(state[1]) + elapsed * per_ms)
-  end
-  tokens = tokens - spent
+  tokens = refill(KEYS[2], per_ms, burst, now) - spent
   want = math.min(want, math.max(math.floor(tokens), 0))
 end
 local reply = false
@@ -203,13 +210,7 @@ pub static TOKENS: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local want, per_ms, burst, back = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = server_now()
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
-local tokens = burst
-if state[1] then
-  local elapsed = math.max(now - tonumber(state[2]), 0)
-  tokens = math.min(burst, tonumber(state[1]) + elapsed * per_ms)
-end
-tokens = math.min(burst, tokens + back)
+local tokens = math.min(burst, refill(KEYS[1], per_ms, burst, now) + back)
 local granted = math.min(want, math.max(math.floor(tokens), 0))
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens - granted), 'at', now)
 return granted
@@ -218,8 +219,7 @@ return granted
 });
 
 /// KEYS: stream, delayed, bodies, schedules. ARGV: schedule, tick ms,
-/// then, to publish, five as in `PUBLISH`: id, key ("" = the id), payload,
-/// headers ("" = none), delay ms. Fires the tick unless the schedule's last
+/// then, to publish, the message's five as in `PUBLISH`. Fires the tick unless the schedule's last
 /// tick (a field of `schedules`) is at or after it: records it, and
 /// enqueues the message when there is one. Returns 1 if it fired, else 0.
 pub static FIRE: LazyLock<Script> = LazyLock::new(|| {
@@ -231,13 +231,7 @@ local last = redis.call('HGET', KEYS[4], ARGV[1])
 if last and tonumber(last) >= tick then return 0 end
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
 if #ARGV >= 7 then
-  local now = server_now()
-  local fields = {'i', ARGV[3], 'p', ARGV[5]}
-  if ARGV[4] ~= '' and ARGV[4] ~= ARGV[3] then set_field(fields, 'k', ARGV[4]) end
-  if ARGV[6] ~= '' then set_field(fields, 'h', ARGV[6]) end
-  local delay = tonumber(ARGV[7])
-  if delay > 0 then set_field(fields, 't', tostring(now)) end
-  enqueue(KEYS[1], KEYS[2], KEYS[3], ARGV[3], fields, now + delay, now)
+  enqueue_message(KEYS[1], KEYS[2], KEYS[3], 3, server_now())
 end
 return 1
 "#

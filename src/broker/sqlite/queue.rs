@@ -152,13 +152,13 @@ fn receive(
 ) -> Result<Vec<Delivery>> {
     let now = now_ms();
     let lease_until = now + lease.as_millis() as u64;
-    let max = allowed(conn, queue, max, flow, now)?;
+    let (max, tokens) = allowed(conn, queue, max, flow, now)?;
     if max == 0 {
         return Ok(Vec::new());
     }
     let picked = pick_due(conn, queue, max, now, lease_until)?;
-    if flow.rate.is_some() {
-        spend_tokens(conn, queue, picked.len(), now)?;
+    if let (Some(tokens), false) = (tokens, picked.is_empty()) {
+        store_tokens(conn, queue, tokens - picked.len() as f64, now)?;
     }
     let mut update = conn
         .prepare_cached(
@@ -185,9 +185,16 @@ fn receive(
 /// How many of `max` leases `flow` allows now: no more than
 /// `max_in_flight` leased at once (leases that ran out do not count), nor
 /// more than the whole tokens in the queue's rate bucket, refilled for the
-/// time since it was last spent. Runs in the receive's transaction, so two
-/// hosts on one file cannot both take the last place.
-fn allowed(conn: &Connection, queue: &str, max: usize, flow: Flow, now: u64) -> Result<usize> {
+/// time since it was last spent; with the tokens, when there is a rate.
+/// Runs in the receive's transaction, so two hosts on one file cannot both
+/// take the last place.
+fn allowed(
+    conn: &Connection,
+    queue: &str,
+    max: usize,
+    flow: Flow,
+    now: u64,
+) -> Result<(usize, Option<f64>)> {
     let mut max = max;
     if let Some(limit) = flow.max_in_flight {
         let leased: i64 = conn
@@ -198,16 +205,17 @@ fn allowed(conn: &Connection, queue: &str, max: usize, flow: Flow, now: u64) -> 
             .map_err(classify)?;
         max = max.min((i64::from(limit) - leased).max(0) as usize);
     }
-    if let (Some(rate), true) = (flow.rate, max > 0) {
-        let tokens = refill(conn, queue, rate, now)?;
-        max = max.min(tokens.floor().max(0.0) as usize);
-    }
-    Ok(max)
+    let Some(rate) = flow.rate.filter(|_| max > 0) else {
+        return Ok((max, None));
+    };
+    let tokens = refilled(conn, queue, rate, now)?;
+    Ok((max.min(tokens.floor().max(0.0) as usize), Some(tokens)))
 }
 
-/// The queue's rate bucket refilled to `now` (and written back), full for a
-/// queue that has none yet.
-fn refill(conn: &Connection, queue: &str, rate: Rate, now: u64) -> Result<f64> {
+/// The tokens in the queue's rate bucket, refilled to `now`; full for a
+/// queue that has none yet. Refilling is linear up to the bucket's size,
+/// so the bucket is written only when tokens are spent.
+fn refilled(conn: &Connection, queue: &str, rate: Rate, now: u64) -> Result<f64> {
     let stored: Option<(f64, i64)> = conn
         .prepare_cached("SELECT tokens, updated_at FROM flow WHERE queue = ?1")
         .and_then(|mut s| {
@@ -216,27 +224,23 @@ fn refill(conn: &Connection, queue: &str, rate: Rate, now: u64) -> Result<f64> {
         })
         .map_err(classify)?;
     let burst = rate.burst();
-    let tokens = match stored {
+    Ok(match stored {
         None => burst,
         Some((tokens, at)) => {
             let elapsed = now.saturating_sub(at.max(0) as u64) as f64;
             (tokens + elapsed * rate.per_ms()).min(burst)
         }
-    };
+    })
+}
+
+/// Store the queue's bucket as holding `tokens` at `now`.
+fn store_tokens(conn: &Connection, queue: &str, tokens: f64, now: u64) -> Result<()> {
     conn.prepare_cached(
         "INSERT INTO flow (queue, tokens, updated_at) VALUES (?1, ?2, ?3)
          ON CONFLICT (queue) DO UPDATE SET tokens = ?2, updated_at = ?3",
     )
     .and_then(|mut s| s.execute(params![queue, tokens, now as i64]))
     .map_err(classify)?;
-    Ok(tokens)
-}
-
-/// Take `n` tokens from the queue's bucket (refilled by `allowed` just now).
-fn spend_tokens(conn: &Connection, queue: &str, n: usize, now: u64) -> Result<()> {
-    conn.prepare_cached("UPDATE flow SET tokens = tokens - ?2, updated_at = ?3 WHERE queue = ?1")
-        .and_then(|mut s| s.execute(params![queue, n as f64, now as i64]))
-        .map_err(classify)?;
     Ok(())
 }
 
