@@ -2,11 +2,11 @@
 //! the handlers directory, redrive dead letters on schedule, stop cleanly.
 //!
 //! Besides the workers (started by the [`Registry`]), a running host has
-//! five loops, each a named function here or in its module: [`report_loop`]
+//! six loops, each a named function here or in its module: [`report_loop`]
 //! (statuses and topic bindings every [`STATUS_EVERY`]), [`follow_loop`]
 //! (the directory watcher), [`wait_idle`] (`--until-idle`),
-//! [`redrive::run`] (scheduled redrive) and [`PauseBoard::follow`] (which
-//! queues are paused). The first of them to end, or the shutdown future,
+//! [`redrive::run`] (scheduled redrive), [`ticker::run`] (cron schedules)
+//! and [`PauseBoard::follow`] (which queues are paused). The first of them to end, or the shutdown future,
 //! stops the host. The admin endpoint, when on, serves beside them until
 //! the workers have stopped.
 
@@ -30,6 +30,7 @@ use crate::redrive::{self, Clock, SystemClock};
 use crate::registry::{Observers, Registry};
 use crate::reload::{DirWatcher, RESCAN};
 use crate::runtime::Runtime;
+use crate::ticker;
 use crate::trace::Exporter;
 
 /// How `run` behaves.
@@ -70,7 +71,8 @@ pub async fn run(
     run_with_clock(broker, options, shutdown, Arc::new(SystemClock)).await
 }
 
-/// [`run`], with the clock that schedules redrives of dead letters.
+/// [`run`], with the clock that schedules redrives of dead letters and
+/// fires cron schedules.
 pub async fn run_with_clock(
     broker: Arc<dyn Broker>,
     options: RunOptions,
@@ -114,7 +116,8 @@ pub async fn run_with_clock(
         }
         _ = follow_loop(watcher, &*broker, &registry, &host) => {}
         _ = report_loop(&*broker, &registry, &host) => {}
-        _ = redrive::run(broker.clone(), registry.clone(), clock) => {}
+        _ = redrive::run(broker.clone(), registry.clone(), clock.clone()) => {}
+        _ = ticker::run(broker.clone(), registry.clone(), clock) => {}
         _ = observers.pauses.follow(&*broker) => {}
     }
     stop(&*broker, &registry, &host, options.grace).await;

@@ -13,11 +13,13 @@ use crate::error::chain;
 use crate::files::{DEFAULT_MAX_COMPONENT_SIZE, MAX_CONFIG_SIZE, read_text};
 use crate::message::{DEFAULT_MAX_MESSAGE_SIZE, validate_queue_name};
 use crate::policy::{Backoff, Flow, Rate, RedrivePolicy, RetryPolicy};
+use crate::schedule::Schedule;
 use crate::units::{Dur, Size};
 
 pub mod bounds;
 mod capabilities;
 mod redrive;
+mod schedules;
 mod subscriptions;
 pub use capabilities::{Capabilities, HostPattern, HttpAllow};
 pub use subscriptions::Subscription;
@@ -157,6 +159,8 @@ struct RawHandler {
     capabilities: Capabilities,
     #[serde(default)]
     subscribe: Vec<subscriptions::RawSubscription>,
+    #[serde(default)]
+    schedule: Vec<schedules::RawSchedule>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -248,6 +252,8 @@ pub struct HandlerSpec {
     pub capabilities: Capabilities,
     /// The topics its queue is bound to (`[[subscribe]]`).
     pub subscriptions: Vec<Subscription>,
+    /// Cron schedules publishing to its queue (`[[schedule]]`).
+    pub schedules: Vec<Schedule>,
 }
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -330,6 +336,7 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         config: resolve_values(raw.config)?,
         capabilities: raw.capabilities,
         subscriptions: subscriptions::resolve(raw.subscribe)?,
+        schedules: schedules::resolve(raw.schedule)?,
     })
 }
 

@@ -61,6 +61,8 @@ pub mod redrive;
 pub mod registry;
 pub mod reload;
 pub mod runtime;
+pub mod schedule;
+pub mod ticker;
 pub mod topic;
 pub mod trace;
 pub mod units;

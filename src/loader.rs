@@ -110,6 +110,12 @@ fn load_with(
 ) -> Result<Handler, LoadError> {
     let sidecar = path.with_extension("toml");
     let spec = load_spec(name, &sidecar).map_err(|e| LoadError::Sidecar(format!("{e:#}")))?;
+    for s in &spec.schedules {
+        // A tick's message must be one the broker takes.
+        (s.message(&spec.queue, 0).validate(limits.max_message_size)).map_err(|e| {
+            LoadError::Sidecar(format!("{}: schedule {:?}: {e}", sidecar.display(), s.name))
+        })?;
+    }
     let bytes = read_regular(
         path,
         limits.max_component_size,

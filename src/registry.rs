@@ -27,6 +27,7 @@ use crate::metrics::Metrics;
 use crate::pause::PauseBoard;
 use crate::policy::RedrivePolicy;
 use crate::runtime::{Handler, POOL_INSTANCES};
+use crate::schedule::Schedule;
 use crate::trace::Exporter;
 use crate::worker::{Observe, WorkerStats, supervise};
 
@@ -261,6 +262,19 @@ impl Registry {
             .collect()
     }
 
+    /// The cron schedules of every serving handler, with its queue.
+    pub async fn schedules(&self) -> Vec<(String, Schedule)> {
+        let state = self.state.lock().await;
+        state
+            .running
+            .values()
+            .flat_map(|r| {
+                let queue = &r.queue;
+                (r.handler.spec.schedules.iter()).map(move |s| (queue.clone(), s.clone()))
+            })
+            .collect()
+    }
+
     /// Names of every handler the registry knows, serving or refused.
     pub async fn names(&self) -> Vec<String> {
         let state = self.state.lock().await;
@@ -290,6 +304,7 @@ impl Registry {
             worker_restarts: 0,
             last_worker_failure: None,
             dropped_log_lines: 0,
+            schedules: Vec::new(),
             updated_at_ms: now_ms,
         };
         for (name, r) in &state.running {
@@ -299,6 +314,13 @@ impl Registry {
             s.worker_restarts = r.stats.restarts.load(Ordering::Relaxed);
             s.last_worker_failure = r.stats.last_failure.lock().expect("stats lock").clone();
             s.dropped_log_lines = r.handler.dropped_log_lines();
+            s.schedules = r
+                .handler
+                .spec
+                .schedules
+                .iter()
+                .map(Schedule::spec)
+                .collect();
         }
         for (name, refused) in &state.refused {
             let s = out.entry(name).or_insert_with(|| status(name));

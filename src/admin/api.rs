@@ -7,6 +7,7 @@
 //! | `POST /api/queues/{queue}/pause`, `.../resume` | pause or resume it, on every host |
 //! | `GET /api/handlers` | what each running host serves and refused |
 //! | `GET /api/topics` | topics with their bindings |
+//! | `GET /api/schedules` | cron schedules with their last and next tick |
 //! | `GET /api/queues/{queue}/dead?limit=50&offset=0` | a page of dead letters, oldest first |
 //! | `GET /api/queues/{queue}/dead/{id}` | one, payload included |
 //! | `POST /api/queues/{queue}/dead/replay?id=..&older_than=10m&limit=N` | replay (all, unless narrowed) |
@@ -26,9 +27,10 @@ use axum::routing::{get, post};
 use serde_json::json;
 
 use super::{Admin, error};
-use crate::broker::{BrokerError, HandlerStatus, ReplaySelector, STATUS_STALE};
+use crate::broker::{BrokerError, ReplaySelector, fresh_statuses};
 use crate::error::chain;
 use crate::message::now_ms;
+use crate::schedule;
 
 /// Dead letters on one page, unless `limit` asks for fewer.
 const PAGE: usize = 50;
@@ -47,6 +49,7 @@ pub(super) fn routes() -> Router<Arc<Admin>> {
         .route("/api/queues/{queue}/resume", post(resume))
         .route("/api/handlers", get(handlers))
         .route("/api/topics", get(topics))
+        .route("/api/schedules", get(schedules))
         .route("/api/queues/{queue}/dead", get(dead_letters))
         .route("/api/queues/{queue}/dead/replay", post(replay))
         .route("/api/queues/{queue}/dead/purge", post(purge))
@@ -154,16 +157,22 @@ async fn set_paused(a: &Admin, queue: &str, paused: bool) -> Response {
 }
 
 async fn handlers(State(a): State<Arc<Admin>>) -> Response {
-    let fresh_after = now_ms().saturating_sub(STATUS_STALE.as_millis() as u64);
-    match a.broker.handler_statuses().await {
-        Ok(all) => {
-            let fresh: Vec<HandlerStatus> = all
-                .into_iter()
-                .filter(|h| h.updated_at_ms >= fresh_after)
-                .collect();
-            Json(fresh).into_response()
-        }
+    match fresh_statuses(&*a.broker, now_ms()).await {
+        Ok(fresh) => Json(fresh).into_response(),
         Err(e) => unavailable("cannot read the handlers' statuses", &e),
+    }
+}
+
+/// Every cron schedule, with its last and next tick.
+async fn schedules(State(a): State<Arc<Admin>>) -> Response {
+    let now = now_ms();
+    let views = match fresh_statuses(&*a.broker, now).await {
+        Ok(fresh) => schedule::overview(&*a.broker, &fresh, now).await,
+        Err(e) => Err(e),
+    };
+    match views {
+        Ok(views) => Json(views).into_response(),
+        Err(e) => unavailable("cannot read the schedules", &e),
     }
 }
 

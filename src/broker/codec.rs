@@ -70,6 +70,12 @@ mod tests {
             worker_restarts: 1,
             last_worker_failure: Some("panicked: oops".into()),
             dropped_log_lines: 3,
+            schedules: vec![crate::broker::ScheduleSpec {
+                name: "nightly".into(),
+                cron: "0 3 * * *".into(),
+                timezone: "Europe/Paris".into(),
+                catch_up: "one".into(),
+            }],
             updated_at_ms: 7,
         };
         assert_eq!(decode_status(encode_status(&s).as_bytes()), Some(s.clone()));

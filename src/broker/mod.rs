@@ -44,7 +44,10 @@ pub use self::redis::RedisBroker;
 pub use dead::{DeadLetter, DeadLetters, ReplaySelector};
 pub use error::{BrokerError, Result};
 pub use kv::KvStore;
-pub use presence::{HandlerStatus, PAUSE_POLL, Presence, QueueStats, STATUS_EVERY, STATUS_STALE};
+pub use presence::{
+    HandlerStatus, PAUSE_POLL, Presence, QueueStats, STATUS_EVERY, STATUS_STALE, ScheduleSpec,
+    fresh_statuses,
+};
 pub use queue::{ClaimState, Flow, KeyClaim, Queue, Rate, Settlement};
 pub use schedules::{LastTick, Schedules, Tick};
 pub use sqlite::SqliteBroker;

@@ -92,7 +92,23 @@ pub struct HandlerStatus {
     /// call's budget.
     #[serde(default)]
     pub dropped_log_lines: u64,
+    /// The cron schedules of the serving version.
+    #[serde(default)]
+    pub schedules: Vec<ScheduleSpec>,
     pub updated_at_ms: u64,
+}
+
+/// A cron schedule as a host reports it: enough for a reader to say when
+/// its next tick is due.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleSpec {
+    pub name: String,
+    /// The cron expression as written.
+    pub cron: String,
+    /// An IANA time zone name.
+    pub timezone: String,
+    /// `none`, `one` or `all`.
+    pub catch_up: String,
 }
 
 /// How often a host reports its handlers' statuses.
@@ -102,3 +118,12 @@ pub const STATUS_EVERY: Duration = Duration::from_secs(10);
 pub const PAUSE_POLL: Duration = Duration::from_millis(500);
 /// How old a report may be before readers take its host for gone.
 pub const STATUS_STALE: Duration = Duration::from_secs(60);
+
+/// The handler statuses reported by hosts still running at `now_ms`: those
+/// reported within [`STATUS_STALE`].
+pub async fn fresh_statuses(presence: &dyn Presence, now_ms: u64) -> Result<Vec<HandlerStatus>> {
+    let fresh_after = now_ms.saturating_sub(STATUS_STALE.as_millis() as u64);
+    let mut all = presence.handler_statuses().await?;
+    all.retain(|h| h.updated_at_ms >= fresh_after);
+    Ok(all)
+}

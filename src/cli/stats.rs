@@ -4,32 +4,36 @@ use anyhow::Result;
 use clap::Args;
 
 use super::Context;
-use crate::broker::{HandlerStatus, STATUS_STALE};
+use crate::broker::fresh_statuses;
 use crate::message::now_ms;
+use crate::schedule::{self, ScheduleView};
 
 /// The arguments of `sluice stats`.
 #[derive(Debug, Args)]
 pub struct StatsArgs {
     /// With --json: print the handlers the running hosts report instead of
     /// the queues.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "schedules")]
     pub handlers: bool,
+    /// With --json: print the cron schedules, with their last and next
+    /// tick, instead of the queues.
+    #[arg(long)]
+    pub schedules: bool,
 }
 
 pub async fn stats(ctx: &Context, args: StatsArgs) -> Result<()> {
     let broker = ctx.broker().await?;
     let all = broker.stats().await?;
-    let fresh_after = now_ms().saturating_sub(STATUS_STALE.as_millis() as u64);
-    let handlers: Vec<HandlerStatus> = broker
-        .handler_statuses()
-        .await?
-        .into_iter()
-        .filter(|h| h.updated_at_ms >= fresh_after)
-        .collect();
+    let handlers = fresh_statuses(&*broker, now_ms()).await?;
+    let schedules = schedule::overview(&*broker, &handlers, now_ms()).await?;
     if ctx.json {
         if args.handlers {
             for h in &handlers {
                 super::print_json(h)?;
+            }
+        } else if args.schedules {
+            for s in &schedules {
+                super::print_json(s)?;
             }
         } else {
             for q in &all {
@@ -73,5 +77,30 @@ pub async fn stats(ctx: &Context, args: StatsArgs) -> Result<()> {
             );
         }
     }
+    print_schedules(&schedules);
     Ok(())
+}
+
+/// The schedules table, when there are schedules.
+fn print_schedules(schedules: &[ScheduleView]) {
+    if schedules.is_empty() {
+        return;
+    }
+    let tick = |ms: Option<u64>| ms.map_or_else(|| "-".to_string(), schedule::rfc3339);
+    println!();
+    println!(
+        "{:<20} {:<20} {:<16} {:<14} {:<21} {:<21}",
+        "QUEUE", "SCHEDULE", "CRON", "TIMEZONE", "LAST TICK", "NEXT TICK"
+    );
+    for s in schedules {
+        println!(
+            "{:<20} {:<20} {:<16} {:<14} {:<21} {}",
+            s.queue,
+            s.schedule,
+            s.cron.as_deref().unwrap_or("(no host)"),
+            s.timezone.as_deref().unwrap_or("-"),
+            tick(s.last_tick_ms),
+            tick(s.next_tick_ms),
+        );
+    }
 }

@@ -24,6 +24,8 @@ pub const PREFETCH: (usize, usize) = (1, 100_000);
 pub const MAX_IN_FLIGHT: (u32, u32) = (1, 100_000);
 /// Leases a period (the N of `rate = "N/s"`, `"N/m"` or `"N/h"`).
 pub const RATE_COUNT: (u32, u32) = (1, 1_000_000);
+/// `[[schedule]]` tables in one sidecar.
+pub const SCHEDULES: (usize, usize) = (0, 100);
 /// How long a delivery is leased: at least [`LEASE_MARGIN`] beyond the
 /// timeout, at most a week.
 pub const LEASE: (Duration, Duration) = (SECOND, Duration::from_secs(7 * 24 * 3600));

@@ -26,6 +26,25 @@ fn bad_handler_files_are_refused_and_the_rest_serve() {
         "bad_duration",
         Some("[limits]\ntimeout = \"5 parsecs\"\n"),
     );
+    env.deploy(
+        "hello",
+        "bad_cron",
+        Some("[[schedule]]\ncron = \"*/5 * * *\"\n"),
+    );
+    // A schedule's message must fit max_message_size.
+    std::fs::write(
+        env.dir.path().join("sluice.toml"),
+        "max_message_size = \"64KiB\"\n",
+    )
+    .unwrap();
+    let big = "x".repeat(100 << 10);
+    env.deploy(
+        "hello",
+        "big_tick",
+        Some(&format!(
+            "[[schedule]]\nname = \"big\"\ncron = \"* * * * *\"\npayload = \"{big}\"\n"
+        )),
+    );
     env.send("hello", "still served", &[]);
     let log = env.run_until_idle();
     assert_eq!(env.count("hello", "done"), 1, "{log}");
@@ -38,6 +57,11 @@ fn bad_handler_files_are_refused_and_the_rest_serve() {
         ("wrong.wasm", "no export `handle` found"),
         ("unknown_field.toml:2:1", "unknown field `timeot`"),
         ("bad_duration.toml:2:", "bad duration \"5 parsecs\""),
+        (
+            "bad_cron.toml",
+            "field `schedule[0].cron`: \"*/5 * * *\" does not parse",
+        ),
+        ("big_tick.toml", "schedule \"big\": message for queue"),
     ];
     for (file, reason) in expect {
         let lines = lines_with(&log, file);

@@ -49,6 +49,7 @@ macro_rules! on_every_backend {
 mod admin;
 mod bad_input;
 mod bulk_send;
+mod clock;
 mod conformance;
 mod crash;
 mod dashboard;
@@ -66,6 +67,7 @@ mod redis_support;
 mod redrive;
 mod reload;
 mod scaffold;
+mod schedules;
 mod shutdown;
 mod sqlite;
 mod support;

@@ -3,69 +3,17 @@
 //! real guest and a clock the test moves on; and by hand, through the
 //! binary's `dlq replay` options. On every broker.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use sluice::broker::{Broker, DeadLetter};
-use sluice::message::{DEFAULT_MAX_MESSAGE_SIZE, NewMessage, now_ms};
-use sluice::redrive::Clock;
-use tokio::sync::watch;
+use sluice::message::{NewMessage, now_ms};
 
+use crate::clock::{Host, TestClock};
 use crate::support::Env;
 
-/// A clock that stands still until the test moves it on. It counts the
-/// scheduler's sleeps: a new sleep means the pass before it is over.
-struct TestClock {
-    now: watch::Sender<u64>,
-    sleeps: AtomicU64,
-}
-
-impl TestClock {
-    fn starting_now() -> Arc<Self> {
-        Arc::new(TestClock {
-            now: watch::Sender::new(now_ms()),
-            sleeps: AtomicU64::new(0),
-        })
-    }
-
-    /// Wait until the scheduler has gone to sleep `n` times.
-    async fn slept(&self, n: u64) {
-        let start = Instant::now();
-        while self.sleeps.load(Ordering::SeqCst) < n {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "the redrive scheduler did not come round again"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// Move the clock on by `by` and wait until the scheduler has made the
-    /// pass that wakes it.
-    async fn tick(&self, by: Duration) {
-        let before = self.sleeps.load(Ordering::SeqCst);
-        self.now.send_modify(|now| *now += by.as_millis() as u64);
-        self.slept(before + 1).await;
-    }
-}
-
-#[async_trait]
-impl Clock for TestClock {
-    fn now_ms(&self) -> u64 {
-        *self.now.borrow()
-    }
-
-    async fn sleep(&self, duration: Duration) {
-        let until = self.now_ms() + duration.as_millis() as u64;
-        let mut now = self.now.subscribe();
-        self.sleeps.fetch_add(1, Ordering::SeqCst);
-        let _ = now.wait_for(|now| *now >= until).await;
-    }
-}
-
 const EVERY: Duration = Duration::from_secs(600);
+/// One host runs on the clock.
+const LOOPS: u64 = crate::clock::HOST_LOOPS;
 
 /// Every attempt of these orders asks for a retry, so each dies after two.
 const REDRIVEN: &str = r#"
@@ -102,40 +50,21 @@ fn scheduled_redrive_until_max_redrives(env: Env) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let broker = sluice::broker::connect(&env.broker_url()).await.unwrap();
-        let clock = TestClock::starting_now();
+        let clock = TestClock::starting_now(LOOPS);
         let payloads = (1..=3).map(|i| format!(r#"{{"id": {i}, "always_retry": true}}"#));
         let mut ids = broker
             .publish(payloads.map(|p| NewMessage::new("orders", p)).collect())
             .await
             .unwrap();
         ids.sort();
-        let options = sluice::app::RunOptions {
-            handlers: env.handlers.clone(),
-            until_idle: false,
-            grace: Duration::from_secs(5),
-            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
-            max_component_size: sluice::files::DEFAULT_MAX_COMPONENT_SIZE,
-            cache: None,
-            watch: false,
-            admin: None,
-            otlp_endpoint: None,
-        };
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let host = tokio::spawn(sluice::app::run_with_clock(
-            broker.clone(),
-            options,
-            async move {
-                let _ = stopped.await;
-            },
-            clock.clone(),
-        ));
+        let host = Host::start(&env, broker.clone(), &clock);
 
         let mut dead = dead_with(&*broker, 3, 0).await;
         let mut died_ids: Vec<String> = dead.iter().map(|d| d.id.clone()).collect();
         died_ids.sort();
         assert_eq!(died_ids, ids);
         assert!(dead.iter().all(|d| d.attempts == 2), "{dead:?}");
-        clock.slept(1).await;
+        clock.slept(LOOPS).await;
         // Dead for half of redrive_every: a pass leaves them where they are.
         clock.tick(EVERY / 2).await;
         assert_eq!(dead_with(&*broker, 3, 0).await, dead);
@@ -161,8 +90,7 @@ fn scheduled_redrive_until_max_redrives(env: Env) {
         }
         assert_eq!(dead_with(&*broker, 3, 2).await, dead);
         assert_eq!(broker.queue_stats("orders").await.unwrap().retried, 9);
-        stop.send(()).unwrap();
-        host.await.unwrap().unwrap();
+        host.stop().await;
     });
     // The CLI shows the count.
     for d in env.dead("orders") {
