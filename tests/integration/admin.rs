@@ -148,7 +148,11 @@ followup_queue = "shipping"
 /// Queues, handlers, topics and dead letters through the API, as the CLI
 /// shows them; replay and purge; health and readiness.
 fn the_api_shows_and_steers_what_the_cli_does(env: Env) {
-    env.deploy("hello", "hello", None);
+    env.deploy(
+        "hello",
+        "hello",
+        Some("[[schedule]]\nname = \"hourly\"\ncron = \"0 * * * *\"\n"),
+    );
     env.deploy("orders", "orders", Some(ORDERS));
     for i in 0..3 {
         env.send("orders", &format!("not json {i}"), &[]);
@@ -188,6 +192,26 @@ fn the_api_shows_and_steers_what_the_cli_does(env: Env) {
     assert_eq!(orders["queue"], "orders");
     assert_eq!(orders["version"].as_str().unwrap().len(), 16, "{orders}");
     assert!(host.json("/api/topics").is_array());
+    // The schedule, once the host has seen it (its first tick is recorded
+    // then), with the next hour as its next tick.
+    wait_until(Duration::from_secs(30), "the schedule seen", || {
+        host.json("/api/schedules")[0]["last_tick_ms"].is_u64()
+    });
+    let schedules = host.json("/api/schedules");
+    let [hourly] = &schedules.as_array().unwrap()[..] else {
+        panic!("one schedule: {schedules}")
+    };
+    assert_eq!(
+        (&hourly["queue"], &hourly["schedule"], &hourly["cron"]),
+        (&json!("hello"), &json!("hourly"), &json!("0 * * * *")),
+        "{hourly}"
+    );
+    let next = hourly["next_tick_ms"].as_u64().unwrap();
+    let last = hourly["last_tick_ms"].as_u64().unwrap();
+    assert!(
+        next % 3_600_000 == 0 && next > last && next - last <= 3_600_000,
+        "{hourly}"
+    );
 
     // A page of dead letters, then the next; one shown in full.
     let page = host.json("/api/queues/orders/dead?limit=2");
