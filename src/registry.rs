@@ -304,6 +304,8 @@ impl Registry {
             worker_restarts: 0,
             last_worker_failure: None,
             dropped_log_lines: 0,
+            max_in_flight: None,
+            rate: None,
             schedules: Vec::new(),
             updated_at_ms: now_ms,
         };
@@ -314,13 +316,10 @@ impl Registry {
             s.worker_restarts = r.stats.restarts.load(Ordering::Relaxed);
             s.last_worker_failure = r.stats.last_failure.lock().expect("stats lock").clone();
             s.dropped_log_lines = r.handler.dropped_log_lines();
-            s.schedules = r
-                .handler
-                .spec
-                .schedules
-                .iter()
-                .map(Schedule::spec)
-                .collect();
+            let spec = &r.handler.spec;
+            s.max_in_flight = spec.flow.max_in_flight;
+            s.rate = spec.flow.rate.map(|r| r.to_string());
+            s.schedules = spec.schedules.iter().map(Schedule::spec).collect();
         }
         for (name, refused) in &state.refused {
             let s = out.entry(name).or_insert_with(|| status(name));

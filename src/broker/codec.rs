@@ -70,6 +70,8 @@ mod tests {
             worker_restarts: 1,
             last_worker_failure: Some("panicked: oops".into()),
             dropped_log_lines: 3,
+            max_in_flight: Some(4),
+            rate: Some("200/s".into()),
             schedules: vec![crate::broker::ScheduleSpec {
                 name: "nightly".into(),
                 cron: "0 3 * * *".into(),

@@ -92,6 +92,12 @@ pub struct HandlerStatus {
     /// call's budget.
     #[serde(default)]
     pub dropped_log_lines: u64,
+    /// The flow limits of the serving version's queue: `max_in_flight`...
+    #[serde(default)]
+    pub max_in_flight: Option<u32>,
+    /// ... and `rate`, as written (`200/s`).
+    #[serde(default)]
+    pub rate: Option<String>,
     /// The cron schedules of the serving version.
     #[serde(default)]
     pub schedules: Vec<ScheduleSpec>,

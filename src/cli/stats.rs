@@ -4,7 +4,7 @@ use anyhow::Result;
 use clap::Args;
 
 use super::Context;
-use crate::broker::fresh_statuses;
+use crate::broker::{HandlerStatus, fresh_statuses};
 use crate::message::now_ms;
 use crate::schedule::{self, ScheduleView};
 
@@ -56,8 +56,8 @@ pub async fn stats(ctx: &Context, args: StatsArgs) -> Result<()> {
     if !handlers.is_empty() {
         println!();
         println!(
-            "{:<20} {:<24} {:<20} {:<16} {:>8} {:>8}  LAST REFUSAL OR FAILURE",
-            "HANDLER", "HOST", "QUEUE", "VERSION", "REFUSALS", "RESTARTS"
+            "{:<20} {:<24} {:<20} {:<16} {:<16} {:>8} {:>8}  LAST REFUSAL OR FAILURE",
+            "HANDLER", "HOST", "QUEUE", "VERSION", "LIMITS", "REFUSALS", "RESTARTS"
         );
         for h in &handlers {
             let last = h
@@ -67,11 +67,12 @@ pub async fn stats(ctx: &Context, args: StatsArgs) -> Result<()> {
                 .or_else(|| h.last_refusal.clone())
                 .unwrap_or_else(|| "-".into());
             println!(
-                "{:<20} {:<24} {:<20} {:<16} {:>8} {:>8}  {last}",
+                "{:<20} {:<24} {:<20} {:<16} {:<16} {:>8} {:>8}  {last}",
                 h.handler,
                 h.host,
                 h.queue.as_deref().unwrap_or("-"),
                 h.version.as_deref().unwrap_or("(none)"),
+                limits(h),
                 h.refusals,
                 h.worker_restarts,
             );
@@ -79,6 +80,17 @@ pub async fn stats(ctx: &Context, args: StatsArgs) -> Result<()> {
     }
     print_schedules(&schedules);
     Ok(())
+}
+
+/// A handler's flow limits, as `max 4, 200/s`; `-` without any.
+fn limits(h: &HandlerStatus) -> String {
+    let max = h.max_in_flight.map(|n| format!("max {n}"));
+    let all: Vec<String> = max.into_iter().chain(h.rate.clone()).collect();
+    if all.is_empty() {
+        "-".into()
+    } else {
+        all.join(", ")
+    }
 }
 
 /// The schedules table, when there are schedules.

@@ -145,6 +145,23 @@ impl Browser {
         v.as_str().unwrap_or_default().to_string()
     }
 
+    /// Wait until the element's text is `expected` (the page refreshes
+    /// itself every few seconds).
+    fn wait_text(&self, css: &str, expected: &str) {
+        let start = Instant::now();
+        loop {
+            let text = self.text(css);
+            if text == expected {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "{css:?} shows {text:?}, not {expected:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     fn click(&self, css: &str) {
         let id = self.find(css);
         self.session_call("POST", &format!("/element/{id}/click"), json!({}));
@@ -190,7 +207,14 @@ fn a_dead_letter_replayed_from_the_dashboard_is_handled() {
         env.count("work", "dead") == 1
     });
     // The fix is deployed: hello takes the trapping handler's place.
-    env.deploy("hello", "work", Some("[retry]\nmax_attempts = 1\n"));
+    env.deploy(
+        "hello",
+        "work",
+        Some(
+            "max_in_flight = 8\nrate = \"50/s\"\n[retry]\nmax_attempts = 1\n\
+             [[schedule]]\nname = \"nightly\"\ncron = \"0 3 * * *\"\n",
+        ),
+    );
     let fixed = hello_version();
     wait_until(Duration::from_secs(30), "the new version serves", || {
         host.json("/api/handlers").to_string().contains(&fixed)
@@ -202,6 +226,10 @@ fn a_dead_letter_replayed_from_the_dashboard_is_handled() {
     assert_eq!(browser.text("tr[data-queue=\"work\"] td.dead"), "1");
     let row = browser.text("tr.dead-letter");
     assert!(row.contains("trap") || row.contains("attempt"), "{row}");
+    // The handler's limits, and its schedule (the sidecar may reach the
+    // host after the component).
+    browser.wait_text("tr[data-handler=\"work\"] td.limits", "max 8, 50/s");
+    browser.wait_text("tr[data-schedule=\"nightly\"] td.cron", "0 3 * * *");
     browser.click("tr.dead-letter button.show");
     let shown = browser.text("#dead-shown");
     assert!(shown.contains(r#"payload: {"order": 7}"#), "{shown}");
@@ -219,14 +247,7 @@ fn a_dead_letter_replayed_from_the_dashboard_is_handled() {
         || env.count("work", "done") == 1,
     );
     assert_eq!(env.count("work", "dead"), 0);
-    let start = Instant::now();
-    while browser.text("tr[data-queue=\"work\"] td.done") != "1" {
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "the page never showed it done"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    browser.wait_text("tr[data-queue=\"work\"] td.done", "1");
     assert!(browser.text("#message").contains("replayed 1"));
     assert_eq!(browser.text("tr[data-queue=\"work\"] td.dead"), "0");
 }

@@ -58,6 +58,15 @@ fn max_in_flight_holds_across_three_hosts(env: Env) {
     wait_until(Duration::from_secs(90), "every message done", || {
         env.count("slow", "done") == N as u64
     });
+    // `stats` shows the limit beside each host's handler.
+    let reported = env.sluice(&["--json", "stats", "--handlers"]);
+    let limits: Vec<serde_json::Value> = reported
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["max_in_flight"].clone())
+        .collect();
+    assert_eq!(limits, vec![serde_json::json!(4); 3], "{reported}");
+    let stats = env.sluice(&["stats"]);
+    assert_eq!(lines_with(&stats, " max 4 ").len(), 3, "{stats}");
     let logs = stop(hosts);
     let counts: Vec<u64> = logs
         .iter()
