@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use sluice::broker::{Broker, RedisBroker, SqliteBroker};
+use sluice::broker::{Broker, GroupSource, OrderedGroups, RedisBroker, SqliteBroker};
 use sluice::config::{HandlerSpec, InstanceMode};
 use sluice::message::{DEFAULT_MAX_MESSAGE_SIZE, Delivery, NewMessage};
 use sluice::metrics::Metrics;
@@ -131,6 +131,7 @@ fn delivery(i: usize) -> Delivery {
         last_error: None,
         receipt: String::new(),
         lease_until_ms: u64::MAX,
+        group: None,
     }
 }
 
@@ -229,6 +230,9 @@ async fn bench_languages(runtime: &Runtime, messages: usize) {
     }
 }
 
+/// How many ordered groups the `grouped` drains spread their messages over.
+const GROUPS: usize = 1000;
+
 /// A native handler that does nothing: the baseline for the WASM tax.
 struct NativeNoop;
 
@@ -246,13 +250,15 @@ impl Dispatch for NativeNoop {
 /// What a drain's worker has besides the handler, against plain reuse:
 /// nothing, metrics (as a host with its admin endpoint on has), metrics
 /// scraped every second meanwhile, or a rate limit too high to bind
-/// (`1000000/s`), which the broker still keeps.
+/// (`1000000/s`), which the broker still keeps; or its queue ordered in
+/// [`GROUPS`] groups, the messages published round-robin over them.
 #[derive(Clone, Copy, PartialEq)]
 enum Observed {
     Off,
     Metrics,
     Scraped,
     UnusedRate,
+    Grouped,
 }
 
 /// Preload `n` messages of 100 bytes into `broker`, then time one worker
@@ -268,10 +274,24 @@ async fn drain(
     observed: Observed,
 ) -> Drained {
     let payload = vec![b'x'; 100];
+    let grouped = observed == Observed::Grouped;
+    if grouped {
+        let ordering = OrderedGroups {
+            group: GroupSource::Header("g".into()),
+            block_on_dead: false,
+        };
+        broker.set_ordering("hello", Some(&ordering)).await.unwrap();
+    }
     for chunk in (0..n).collect::<Vec<_>>().chunks(5000) {
         let batch = chunk
             .iter()
-            .map(|_| NewMessage::new("hello", payload.clone()))
+            .map(|i| {
+                let mut m = NewMessage::new("hello", payload.clone());
+                if grouped {
+                    m.headers = vec![("g".into(), (i % GROUPS).to_string())];
+                }
+                m
+            })
             .collect();
         broker.publish(batch).await.unwrap();
     }
@@ -528,11 +548,12 @@ async fn drains(
     mut fresh_broker: impl AsyncFnMut() -> Arc<dyn Broker>,
 ) {
     // SLUICE_BENCH_MODES=reuse (say) runs only some of them, e.g. to profile
-    // one; the ratios need the native one. `metrics`, `scraped` and `rated`
-    // are reuse with metrics on, scraped every second, or with a rate limit
-    // too high to bind, against plain reuse.
+    // one; the ratios need the native one. `metrics`, `scraped`, `rated`
+    // and `grouped` are reuse with metrics on, scraped every second, with a
+    // rate limit too high to bind, or in ordered groups, against plain
+    // reuse.
     let modes = std::env::var("SLUICE_BENCH_MODES")
-        .unwrap_or("native,fresh,reuse,metrics,scraped,rated".into());
+        .unwrap_or("native,fresh,reuse,metrics,scraped,rated,grouped".into());
     let wanted = |m: &str| modes.split(',').any(|w| w.trim() == m);
     let spec = tuned(
         load(runtime, "hello", InstanceMode::Fresh).spec.clone(),
@@ -588,6 +609,7 @@ async fn drains(
         ("metrics", Observed::Metrics),
         ("scraped", Observed::Scraped),
         ("rated", Observed::UnusedRate),
+        ("grouped", Observed::Grouped),
     ]
     .into_iter()
     .filter(|(mode, _)| wanted(mode))
@@ -597,8 +619,8 @@ async fn drains(
     }
 }
 
-/// What metrics and an unused rate limit cost: `hello` reuse drains with
-/// neither (the baseline), then with each of `observed`, `rounds` times, each round in a rotated
+/// What metrics, an unused rate limit and ordered groups cost: `hello`
+/// reuse drains with none (the baseline), then with each of `observed`, `rounds` times, each round in a rotated
 /// order so that drift in a noisy machine falls on every mode alike. Prints
 /// each mode's median ratio to the baseline of its own round, by rate and
 /// by CPU per message.

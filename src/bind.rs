@@ -1,7 +1,9 @@
-//! Binding sync: the broker's topic bindings made what the handlers'
-//! sidecars declare. A handler's `[[subscribe]]` tables are its bindings,
-//! stored with its origin (`handler:NAME`), so a changed sidecar replaces
-//! them as a set; bindings made on the command line are left alone.
+//! Binding sync: the broker's topic bindings and queue orderings made what
+//! the handlers' sidecars declare. A handler's `[[subscribe]]` tables are
+//! its bindings, stored with its origin (`handler:NAME`), so a changed
+//! sidecar replaces them as a set; bindings made on the command line are
+//! left alone. Its `[ordering]` is its queue's ordering (none without one):
+//! publishers group the queue's messages by what the broker holds.
 //!
 //! Bindings are written before a handler serves (and, for every sidecar in
 //! the directory, before any handler serves: a publisher must not start
@@ -11,16 +13,22 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use crate::broker::{STATUS_EVERY, TopicStore};
+use crate::broker::{Broker, STATUS_EVERY};
 use crate::config::HandlerSpec;
 use crate::error::chain;
 use crate::loader::load_spec;
 use crate::topic::Binding;
 
 /// Make the broker's bindings from this handler's sidecar exactly those its
-/// `[[subscribe]]` tables declare. A broker that is away is tried again
-/// with the next sync.
-pub async fn bind(store: &dyn TopicStore, spec: &HandlerSpec) {
+/// `[[subscribe]]` tables declare, and its queue's ordering its
+/// `[ordering]`. A broker that is away is tried again with the next sync.
+pub async fn bind(store: &dyn Broker, spec: &HandlerSpec) {
+    if let Err(e) = store
+        .set_ordering(&spec.queue, spec.ordering.as_ref())
+        .await
+    {
+        tracing::error!(handler = %spec.name, queue = %spec.queue, "could not set the queue's ordering: {}; trying again in {STATUS_EVERY:?}", chain(&e));
+    }
     let origin = Binding::origin_of_handler(&spec.name);
     let bindings: Vec<Binding> = spec
         .subscriptions
@@ -38,7 +46,7 @@ pub async fn bind(store: &dyn TopicStore, spec: &HandlerSpec) {
 }
 
 /// Bind the topics of every spec in turn.
-pub async fn bind_all(store: &dyn TopicStore, specs: &[HandlerSpec]) {
+pub async fn bind_all(store: &dyn Broker, specs: &[HandlerSpec]) {
     for spec in specs {
         bind(store, spec).await;
     }
@@ -50,7 +58,7 @@ pub async fn bind_all(store: &dyn TopicStore, specs: &[HandlerSpec]) {
 /// whatever order they load in. A sidecar that does not parse is left to
 /// the load, which reports it. Of two sidecars naming one queue, only the
 /// first name's is bound, as only the first loads.
-pub async fn bind_sidecars(store: &dyn TopicStore, dir: &Path, names: &[String]) {
+pub async fn bind_sidecars(store: &dyn Broker, dir: &Path, names: &[String]) {
     // Read off the async threads: files are small and regular by then, but
     // a slow disk must not hold the runtime.
     let specs = {

@@ -12,12 +12,13 @@ use serde::Deserialize;
 use crate::error::chain;
 use crate::files::{DEFAULT_MAX_COMPONENT_SIZE, MAX_CONFIG_SIZE, read_text};
 use crate::message::{DEFAULT_MAX_MESSAGE_SIZE, validate_queue_name};
-use crate::policy::{Backoff, Flow, Rate, RedrivePolicy, RetryPolicy};
+use crate::policy::{Backoff, Flow, OrderedGroups, Rate, RedrivePolicy, RetryPolicy};
 use crate::schedule::Schedule;
 use crate::units::{Dur, Size};
 
 pub mod bounds;
 mod capabilities;
+mod ordering;
 mod redrive;
 mod schedules;
 mod subscriptions;
@@ -161,6 +162,7 @@ struct RawHandler {
     subscribe: Vec<subscriptions::RawSubscription>,
     #[serde(default)]
     schedule: Vec<schedules::RawSchedule>,
+    ordering: Option<ordering::RawOrdering>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -231,6 +233,8 @@ pub struct HandlerSpec {
     pub prefetch: usize,
     /// Limits of the queue across every host (`max_in_flight`, `rate`).
     pub flow: Flow,
+    /// Ordered groups of the queue's messages (`[ordering]`); none by default.
+    pub ordering: Option<OrderedGroups>,
     /// How long a delivery stays invisible to other consumers.
     pub lease: Duration,
     pub timeout: Duration,
@@ -326,6 +330,7 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         concurrency,
         prefetch,
         flow,
+        ordering: ordering::resolve(raw.ordering)?,
         lease,
         timeout: limits.timeout,
         memory: limits.memory,

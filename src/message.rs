@@ -116,6 +116,8 @@ pub struct Delivery {
     pub receipt: String,
     /// When the lease runs out, in milliseconds since the Unix epoch.
     pub lease_until_ms: u64,
+    /// The ordered group the message is in (`[ordering]`), if any.
+    pub group: Option<String>,
 }
 
 impl Delivery {
@@ -134,6 +136,7 @@ impl Delivery {
             last_error: None,
             receipt: "r".into(),
             lease_until_ms: u64::MAX,
+            group: None,
         }
     }
 

@@ -18,7 +18,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::broker::{ClaimState, Flow, KeyClaim, Presence, Queue, QueueStats, Result, Settlement};
+use crate::broker::{
+    ClaimState, Flow, KeyClaim, OrderedGroups, Presence, Queue, QueueStats, Result, Settlement,
+};
 use crate::message::{Delivery, NewMessage};
 use crate::runtime::Failure;
 
@@ -421,6 +423,10 @@ impl Queue for Metered {
 
     async fn flush(&self) -> Result<()> {
         self.inner.flush().await
+    }
+
+    async fn set_ordering(&self, queue: &str, ordering: Option<&OrderedGroups>) -> Result<()> {
+        self.inner.set_ordering(queue, ordering).await
     }
 }
 

@@ -232,6 +232,69 @@ impl std::str::FromStr for Rate {
     }
 }
 
+/// How a queue's messages fall into ordered groups (`[ordering]` in its
+/// handler's sidecar): the messages of one group are handled one at a
+/// time, in the order they were published; a message without a group
+/// value is unordered.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OrderedGroups {
+    /// Where a message's group comes from.
+    pub group: GroupSource,
+    /// Keep a group waiting while a message of it is dead, until the dead
+    /// letter is replayed or purged (`on_dead = "block"`); by default the
+    /// group moves on to its next message.
+    pub block_on_dead: bool,
+}
+
+/// Where a message's group value is read.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupSource {
+    /// The value of this header.
+    Header(String),
+    /// The string or number at this JSON pointer in the payload.
+    Pointer(String),
+}
+
+/// The longest group value; a longer one puts its message in no group.
+pub const MAX_GROUP: usize = 256;
+
+impl OrderedGroups {
+    /// The group of a message with these headers and payload: `None` when
+    /// the header is missing, the payload is not JSON, the pointer does not
+    /// resolve to a string or a number, or the value is empty, longer than
+    /// [`MAX_GROUP`] or holds a control character.
+    pub fn group_of(&self, headers: &[(String, String)], payload: &[u8]) -> Option<String> {
+        let value = match &self.group {
+            GroupSource::Header(name) => headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone()),
+            GroupSource::Pointer(pointer) => {
+                let json: serde_json::Value = serde_json::from_slice(payload).ok()?;
+                match json.pointer(pointer)? {
+                    serde_json::Value::String(s) => Some(s.clone()),
+                    serde_json::Value::Number(n) => Some(n.to_string()),
+                    _ => None,
+                }
+            }
+        }?;
+        let fits = !value.is_empty() && value.len() <= MAX_GROUP;
+        (fits && !value.chars().any(char::is_control)).then_some(value)
+    }
+
+    /// The text the broker stores for the queue.
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).expect("an ordering serializes")
+    }
+
+    /// An ordering as [`OrderedGroups::encode`] wrote it; `None` for anything
+    /// else (an empty text: the queue is not ordered).
+    pub fn decode(text: &str) -> Option<Self> {
+        serde_json::from_str(text).ok()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -444,5 +507,46 @@ mod tests {
             };
             prop_assert!(backoff_delay(&b, a, 0.0) <= backoff_delay(&b, a + 1, 0.0));
         }
+    }
+
+    #[test]
+    fn a_group_comes_from_a_header_or_a_pointer() {
+        let by_header = OrderedGroups {
+            group: GroupSource::Header("customer".into()),
+            block_on_dead: false,
+        };
+        let headers = vec![("customer".to_string(), "c-7".to_string())];
+        assert_eq!(by_header.group_of(&headers, b"x").as_deref(), Some("c-7"));
+        assert_eq!(by_header.group_of(&[], b"x"), None, "no header");
+        let by_pointer = OrderedGroups {
+            group: GroupSource::Pointer("/customer/id".into()),
+            block_on_dead: true,
+        };
+        let group = |payload: &str| by_pointer.group_of(&[], payload.as_bytes());
+        assert_eq!(group(r#"{"customer": {"id": "a"}}"#).as_deref(), Some("a"));
+        assert_eq!(
+            group(r#"{"customer": {"id": 12345678901234567}}"#).as_deref(),
+            Some("12345678901234567"),
+            "an integer exactly"
+        );
+        assert_eq!(group(r#"{"customer": {"id": null}}"#), None);
+        assert_eq!(group(r#"{"customer": {}}"#), None);
+        assert_eq!(group("not json"), None);
+        assert_eq!(group(r#"{"customer": {"id": ""}}"#), None, "empty");
+        let long = format!(
+            r#"{{"customer": {{"id": "{}"}}}}"#,
+            "x".repeat(MAX_GROUP + 1)
+        );
+        assert_eq!(group(&long), None, "too long");
+        assert_eq!(
+            group(r#"{"customer": {"id": "a\u0000b"}}"#),
+            None,
+            "a control character"
+        );
+        assert_eq!(
+            OrderedGroups::decode(&by_pointer.encode()),
+            Some(by_pointer)
+        );
+        assert_eq!(OrderedGroups::decode(""), None);
     }
 }

@@ -48,6 +48,9 @@ pub struct QueueStats {
     /// message was delivered again meanwhile (the host was too slow, or
     /// stopped), so this delivery's result did not count.
     pub lost_leases: u64,
+    /// Messages published to an ordered queue without a group value (the
+    /// header missing, the pointer not resolving): handled unordered.
+    pub ungrouped: u64,
     /// Paused: no host leases its messages until it is resumed.
     pub paused: bool,
 }

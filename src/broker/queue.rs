@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use super::Result;
 use crate::message::{Delivery, NewMessage};
-pub use crate::policy::{Flow, Rate};
+pub use crate::policy::{Flow, GroupSource, OrderedGroups, Rate};
 
 /// Where messages wait, are leased and are settled. Calls work in batches so
 /// that a networked backend makes one round trip per batch, not per message.
@@ -44,6 +44,14 @@ pub trait Queue: Send + Sync + 'static {
     /// [`QueueStats::lost_leases`](super::QueueStats::lost_leases). A late
     /// `Done` therefore never overwrites a newer delivery's result.
     async fn settle(&self, settlements: &[Settlement]) -> Result<()>;
+
+    /// Put `queue`'s messages in ordered groups from now on, or stop (`None`):
+    /// a message published with a group value waits while an earlier one of
+    /// its group is unsettled (ready, delayed, leased, or dead with
+    /// `block_on_dead`), and becomes due when that one is done, a
+    /// duplicate or dead. Stopping, or no longer blocking on dead ones,
+    /// lets every waiting message go.
+    async fn set_ordering(&self, queue: &str, ordering: Option<&OrderedGroups>) -> Result<()>;
 
     /// Finish what the broker does in the background for this host before it
     /// exits: on Redis, move held publishes from the outboxes of the queues

@@ -249,6 +249,7 @@ mod tests {
             last_error: None,
             receipt: "r".into(),
             lease_until_ms: u64::MAX,
+            group: None,
         }
     }
 

@@ -168,6 +168,14 @@ mod tests {
             self.settled.lock().unwrap().extend(ids);
             Ok(())
         }
+
+        async fn set_ordering(
+            &self,
+            _queue: &str,
+            _ordering: Option<&crate::broker::OrderedGroups>,
+        ) -> Result<()> {
+            Ok(())
+        }
     }
 
     fn duplicate(id: &str) -> Settlement {

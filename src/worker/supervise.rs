@@ -117,6 +117,14 @@ mod tests {
             self.settled.lock().unwrap().extend(batch.iter().cloned());
             Ok(())
         }
+
+        async fn set_ordering(
+            &self,
+            _queue: &str,
+            _ordering: Option<&crate::broker::OrderedGroups>,
+        ) -> Result<()> {
+            Ok(())
+        }
     }
 
     /// Panics on its first call, then handles every message.

@@ -569,6 +569,7 @@ on_every_backend!(broker:
 // More checks, a module per area, each run through `on_every_backend!` on
 // the same backends.
 mod flow;
+mod groups;
 mod keys;
 mod kv;
 mod pause;

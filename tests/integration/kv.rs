@@ -202,5 +202,6 @@ fn delivery(payload: &str) -> Delivery {
         last_error: None,
         receipt: String::new(),
         lease_until_ms: u64::MAX,
+        group: None,
     }
 }

@@ -55,6 +55,7 @@ mod crash;
 mod dashboard;
 mod faults;
 mod flow;
+mod groups;
 mod hostile;
 mod http;
 mod kv;

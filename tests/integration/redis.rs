@@ -438,3 +438,47 @@ async fn a_short_lease_host_does_not_take_a_long_lease_hosts_message() {
         .unwrap();
     assert!(leases.iter().any(|l| l.starts_with("30000 ")), "{leases:?}");
 }
+
+/// A host that published to a queue before another set its ordering still
+/// groups what it publishes next: the script finds the ordering it took
+/// the groups with is not the queue's, and it takes them again.
+#[tokio::test]
+async fn a_publisher_that_missed_an_ordering_change_groups_by_the_new_one() {
+    use sluice::broker::{Flow, GroupSource, OrderedGroups, Presence, Queue};
+
+    let server = RedisServer::start();
+    let publisher = sluice::broker::RedisBroker::connect(&server.url())
+        .await
+        .unwrap();
+    let host = sluice::broker::RedisBroker::connect(&server.url())
+        .await
+        .unwrap();
+    let grouped = |payload: &str| {
+        let mut m = NewMessage::new("q", payload);
+        m.headers = vec![("g".into(), "a".into())];
+        m
+    };
+    // The publisher sees the queue unordered...
+    publisher.publish(vec![grouped("a0")]).await.unwrap();
+    // ... then another host orders it.
+    let ordering = OrderedGroups {
+        group: GroupSource::Header("g".into()),
+        block_on_dead: false,
+    };
+    host.set_ordering("q", Some(&ordering)).await.unwrap();
+    publisher
+        .publish(vec![grouped("a1"), grouped("a2")])
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(30);
+    let got = host.receive("q", 10, lease, Flow::default()).await.unwrap();
+    let payloads: Vec<&[u8]> = got.iter().map(|d| d.payload.as_slice()).collect();
+    assert_eq!(
+        payloads,
+        [b"a0".as_slice(), b"a1"],
+        "a0 is in no group; a2 waits for a1"
+    );
+    assert_eq!(got[1].group.as_deref(), Some("a"));
+    let stats = host.queue_stats("q").await.unwrap();
+    assert_eq!((stats.delayed, stats.ungrouped), (1, 0), "{stats:?}");
+}

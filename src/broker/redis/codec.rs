@@ -35,6 +35,8 @@ pub struct Entry {
     pub reason: Option<String>,
     pub version: Option<String>,
     pub dead_attempts: u64,
+    /// The ordered group the message is in.
+    pub group: Option<String>,
 }
 
 impl Entry {
@@ -62,6 +64,7 @@ impl Entry {
                 Some(b"r") => e.reason = Some(utf8(value)),
                 Some(b"v") => e.version = Some(utf8(value)).filter(|s| !s.is_empty()),
                 Some(b"n") => e.dead_attempts = number(&value).unwrap_or(0),
+                Some(b"g") => e.group = Some(utf8(value)).filter(|g| !g.is_empty()),
                 _ => {}
             }
         }
@@ -105,6 +108,7 @@ impl Entry {
             last_error,
             receipt,
             lease_until_ms,
+            group: self.group,
         }
     }
 

@@ -51,6 +51,7 @@ impl DeadLetters for RedisBroker {
             .died_before_ms
             .map_or_else(|| "+".to_string(), |ms| ms.to_string());
         let max_redrives = selector.max_redrives.map_or(-1, i64::from);
+        let keys = QueueKeys::new(queue);
         let mut after = "-".to_string();
         let mut moved = 0u64;
         loop {
@@ -61,9 +62,13 @@ impl DeadLetters for RedisBroker {
             };
             let mut script = scripts::REPLAY.prepare_invoke();
             script
-                .key(key(queue, "dead"))
-                .key(key(queue, "stream"))
-                .key(key(queue, "deadidx"))
+                .key(&keys.dead)
+                .key(&keys.stream)
+                .key(&keys.dead_index)
+                .key(&keys.delayed)
+                .key(&keys.bodies)
+                .key(&keys.groups)
+                .key(&keys.waiting)
                 .arg(&after)
                 .arg(&until)
                 .arg(REPLAY_SCAN)
@@ -86,9 +91,15 @@ impl DeadLetters for RedisBroker {
 
     async fn purge(&self, queue: &str) -> Result<u64> {
         let mut conn = self.conn.clone();
+        let keys = QueueKeys::new(queue);
         scripts::PURGE
-            .key(key(queue, "dead"))
-            .key(key(queue, "deadidx"))
+            .key(&keys.dead)
+            .key(&keys.dead_index)
+            .key(&keys.stream)
+            .key(&keys.delayed)
+            .key(&keys.bodies)
+            .key(&keys.groups)
+            .key(&keys.waiting)
             .invoke_async(&mut conn)
             .await
             .map_err(classify)

@@ -23,6 +23,7 @@ use crate::message::{hostname, new_id};
 mod codec;
 mod conn;
 mod dead;
+mod groups;
 mod kv;
 mod presence;
 mod queue;
@@ -86,9 +87,25 @@ struct QueueKeys {
     flow: String,
     /// The last tick of each schedule of the queue, by name (see `FIRE`).
     schedules: String,
+    /// Ordered groups: the ordering, member counts and blocks (see
+    /// `enqueue_grouped` in the scripts' prelude) ...
+    groups: String,
+    /// ... and the messages waiting for their group, in order.
+    waiting: String,
 }
 
 impl QueueKeys {
+    /// The keys `PUBLISH` takes before its markers.
+    fn publish_keys(&self, script: &mut redis::ScriptInvocation<'_>) {
+        script
+            .key(&self.stream)
+            .key(&self.delayed)
+            .key(&self.bodies)
+            .key(&self.groups)
+            .key(&self.waiting)
+            .key(&self.counters);
+    }
+
     fn new(queue: &str) -> Self {
         QueueKeys {
             stream: key(queue, "stream"),
@@ -101,6 +118,8 @@ impl QueueKeys {
             leases: key(queue, "leases"),
             flow: key(queue, "flow"),
             schedules: key(queue, "schedules"),
+            groups: key(queue, "groups"),
+            waiting: key(queue, "waiting"),
         }
     }
 }
@@ -120,6 +139,8 @@ pub struct RedisBroker {
     served: Arc<StdMutex<BTreeSet<String>>>,
     relay_wake: Arc<Notify>,
     relay: tokio::task::JoinHandle<()>,
+    /// Each queue's ordering as last seen.
+    orderings: Arc<groups::Orderings>,
 }
 
 impl Drop for RedisBroker {
@@ -140,8 +161,10 @@ impl RedisBroker {
         let consumer = format!("{}-{}-{}", hostname(), std::process::id(), &new_id()[20..]);
         let served = Arc::new(StdMutex::new(BTreeSet::new()));
         let relay_wake = Arc::new(Notify::new());
+        let orderings = Arc::new(groups::Orderings::default());
         let relay = tokio::spawn(relay::relay_loop(
             conn.clone(),
+            orderings.clone(),
             served.clone(),
             relay_wake.clone(),
         ));
@@ -155,6 +178,7 @@ impl RedisBroker {
             served,
             relay_wake,
             relay,
+            orderings,
         })
     }
 

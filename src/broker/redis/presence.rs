@@ -24,6 +24,7 @@ impl Presence for RedisBroker {
             .key(&keys.dead)
             .key(&keys.counters)
             .key(&keys.outbox)
+            .key(&keys.waiting)
             .arg(GROUP)
             .invoke_async(&mut conn)
             .await
@@ -100,7 +101,8 @@ impl Presence for RedisBroker {
 }
 
 /// The `STATS` script's reply: {entries in the stream, pending, delayed,
-/// dead, in the outbox, counters as field/value pairs}.
+/// dead, in the outbox, counters as field/value pairs, waiting in ordered
+/// groups}. A message waiting for its group counts as delayed.
 fn parse_stats(queue: &str, reply: &Value) -> QueueStats {
     let v = array(reply);
     let n = |i: usize| v.get(i).and_then(int).unwrap_or(0);
@@ -108,7 +110,7 @@ fn parse_stats(queue: &str, reply: &Value) -> QueueStats {
     let mut s = QueueStats {
         queue: queue.to_string(),
         ready: in_stream.saturating_sub(pending),
-        delayed,
+        delayed: delayed + n(6),
         // Publishes waiting in the outbox are still in transit.
         in_flight: pending + outbox,
         dead,
@@ -123,6 +125,7 @@ fn parse_stats(queue: &str, reply: &Value) -> QueueStats {
                 Some("duplicates") => s.duplicates = count,
                 Some("retried") => s.retried = count,
                 Some("lost") => s.lost_leases = count,
+                Some("ungrouped") => s.ungrouped = count,
                 _ => {}
             }
         }

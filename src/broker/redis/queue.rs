@@ -14,10 +14,13 @@ use redis::Value;
 
 use super::codec::{self, encode_headers};
 use super::conn::classify;
+use super::groups::{enqueue_under, group_arg};
 use super::{
     DONE_PREFIX, GROUP, LEASE_PREFIX, QueueKeys, RedisBroker, idem_key, lease_value, relay, scripts,
 };
-use crate::broker::{BrokerError, ClaimState, Flow, KeyClaim, Queue, Result, Settlement};
+use crate::broker::{
+    BrokerError, ClaimState, Flow, KeyClaim, OrderedGroups, Queue, Result, Settlement,
+};
 use crate::message::{Delivery, NewMessage, new_id, now_ms};
 
 /// Most messages one publish script carries.
@@ -33,19 +36,16 @@ impl Queue for RedisBroker {
         for (queue, list) in &by_queue {
             let keys = QueueKeys::new(queue);
             for chunk in list.chunks(PUBLISH_CHUNK) {
-                let mut script = scripts::PUBLISH.prepare_invoke();
-                script
-                    .key(&keys.stream)
-                    .key(&keys.delayed)
-                    .key(&keys.bodies)
-                    .arg(0);
-                for (id, m) in chunk {
-                    message_args(&mut script, id, m);
-                }
-                script
-                    .invoke_async::<()>(&mut conn)
-                    .await
-                    .map_err(classify)?;
+                enqueue_under(&mut conn, &self.orderings, queue, |spec, ordering| {
+                    let mut script = scripts::PUBLISH.prepare_invoke();
+                    keys.publish_keys(&mut script);
+                    script.arg(0).arg(spec);
+                    for (id, m) in chunk {
+                        message_args(&mut script, id, m, ordering);
+                    }
+                    script
+                })
+                .await?;
             }
         }
         Ok(ids)
@@ -129,12 +129,29 @@ impl Queue for RedisBroker {
         Ok(())
     }
 
+    async fn set_ordering(&self, queue: &str, ordering: Option<&OrderedGroups>) -> Result<()> {
+        let spec = ordering.map(OrderedGroups::encode).unwrap_or_default();
+        let keys = QueueKeys::new(queue);
+        scripts::ORDER
+            .key(&keys.stream)
+            .key(&keys.delayed)
+            .key(&keys.bodies)
+            .key(&keys.groups)
+            .key(&keys.waiting)
+            .arg(&spec)
+            .invoke_async::<i64>(&mut self.conn.clone())
+            .await
+            .map_err(classify)?;
+        self.orderings.learn(queue, spec);
+        Ok(())
+    }
+
     async fn flush(&self) -> Result<()> {
         let queues = self.served.lock().expect("served lock").clone();
         // Every queue is tried, whichever fails; the error names them.
         let mut failed = Vec::new();
         for q in queues {
-            if let Err(e) = relay::relay_queue(self.conn.clone(), &q).await {
+            if let Err(e) = relay::relay_queue(self.conn.clone(), &self.orderings, &q).await {
                 failed.push(format!("queue {q:?}: {e}"));
             }
         }
@@ -292,7 +309,9 @@ impl RedisBroker {
             .key(&keys.dead)
             .key(&keys.counters)
             .key(&keys.outbox)
-            .key(&keys.dead_index);
+            .key(&keys.dead_index)
+            .key(&keys.groups)
+            .key(&keys.waiting);
         script.arg(GROUP).arg(&self.consumer);
         let mut idem_keys = 0usize;
         let mut has_publishes = false;
@@ -320,8 +339,8 @@ impl RedisBroker {
 }
 
 /// Append one settlement's arguments to the `SETTLE` script: its kind,
-/// entry, delivery count, key index (`kidx`, 0 for none), id and attempt,
-/// then what its kind needs. True when it holds publishes for the outbox.
+/// entry, delivery count, key index (`kidx`, 0 for none), id, attempt and
+/// ordered group, then what its kind needs. True when it holds publishes for the outbox.
 fn settle_args(script: &mut redis::ScriptInvocation<'_>, s: &Settlement, kidx: usize) -> bool {
     let d = s.delivery();
     let (entry, count) = codec::parse_receipt(&d.receipt);
@@ -338,7 +357,8 @@ fn settle_args(script: &mut redis::ScriptInvocation<'_>, s: &Settlement, kidx: u
         .arg(count)
         .arg(kidx)
         .arg(&d.id)
-        .arg(d.attempt);
+        .arg(d.attempt)
+        .arg(d.group.as_deref().unwrap_or(""));
     let held: Vec<&NewMessage> = match s {
         Settlement::Done { key, publishes, .. } => {
             let retention = key.as_ref().map_or(0, |(_, r)| r.as_millis() as u64);
@@ -385,10 +405,13 @@ const PLAIN_MARGIN_MS: u64 = 500;
 /// delivery's: no other delivery can have taken it, nor finished the
 /// message, and the stream entry cannot have been reclaimed (hosts reclaim
 /// by the longest lease of the queue). Within the lease the key itself is
-/// the fence; a later settlement goes through `SETTLE`, which checks.
+/// the fence; a later settlement goes through `SETTLE`, which checks. A
+/// message of an ordered group always does: its group moves on in it.
 fn is_plain(s: &Settlement, now_ms: u64) -> bool {
-    let in_lease = now_ms + PLAIN_MARGIN_MS < s.delivery().lease_until_ms;
+    let d = s.delivery();
+    let in_lease = now_ms + PLAIN_MARGIN_MS < d.lease_until_ms;
     in_lease
+        && d.group.is_none()
         && match s {
             Settlement::Done { key, publishes, .. } => key.is_some() && publishes.is_empty(),
             Settlement::Duplicate { .. } => true,
@@ -396,22 +419,36 @@ fn is_plain(s: &Settlement, now_ms: u64) -> bool {
         }
 }
 
-/// The six arguments of one publish in the settle script's outbox format.
+/// The six arguments of one publish in the settle script's outbox format:
+/// queue, id, key, payload, headers, delay (its group is taken when the
+/// relay enqueues it).
 fn publish_args(script: &mut redis::ScriptInvocation<'_>, p: &NewMessage) {
-    script.arg(&p.queue);
-    message_args(script, &new_id(), p);
+    script
+        .arg(&p.queue)
+        .arg(new_id())
+        .arg(p.key.as_deref().unwrap_or(""))
+        .arg(&p.payload)
+        .arg(encode_headers(&p.headers))
+        .arg(p.delay.as_millis() as u64);
 }
 
-/// The five arguments of message `m` with `id`, as the scripts that enqueue
+/// The six arguments of message `m` with `id`, as the scripts that enqueue
 /// take them (see `enqueue_message` in the scripts' prelude): id, key (""
-/// for the id), payload, headers ("" for none), delay ms.
-pub(super) fn message_args(script: &mut redis::ScriptInvocation<'_>, id: &str, m: &NewMessage) {
+/// for the id), payload, headers ("" for none), delay ms and its group
+/// under `ordering` ("" for none).
+pub(super) fn message_args(
+    script: &mut redis::ScriptInvocation<'_>,
+    id: &str,
+    m: &NewMessage,
+    ordering: Option<&OrderedGroups>,
+) {
     script
         .arg(id)
         .arg(m.key.as_deref().unwrap_or(""))
         .arg(&m.payload)
         .arg(encode_headers(&m.headers))
-        .arg(m.delay.as_millis() as u64);
+        .arg(m.delay.as_millis() as u64)
+        .arg(group_arg(ordering, &m.headers, &m.payload));
 }
 
 /// `items` grouped by the queue `queue_of` names, queues and items each in
@@ -450,6 +487,7 @@ mod tests {
             last_error: None,
             receipt: "1-0 1".into(),
             lease_until_ms,
+            group: None,
         }
     }
 

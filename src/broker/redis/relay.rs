@@ -11,9 +11,12 @@ use redis::Value;
 use tokio::sync::Notify;
 
 use super::codec::Outboxed;
-use super::conn::Conn;
+use super::conn::{Conn, classify};
+use super::groups::{Orderings, enqueue_under, group_arg};
 use super::queue::group_by_queue;
 use super::{QUEUES_KEY, QueueKeys, codec, key, scripts};
+use crate::broker::Result;
+use crate::broker::codec::decode_headers;
 use crate::message::new_id;
 
 /// How long the relay's markers remember a relayed publish.
@@ -30,6 +33,7 @@ const RELAY_ALL_EVERY: Duration = Duration::from_secs(2);
 /// broker is dropped.
 pub(super) async fn relay_loop(
     conn: Conn,
+    orderings: Arc<Orderings>,
     served: Arc<StdMutex<BTreeSet<String>>>,
     wake: Arc<Notify>,
 ) {
@@ -54,7 +58,7 @@ pub(super) async fn relay_loop(
             }
         }
         for q in queues {
-            if let Err(e) = relay_queue(conn.clone(), &q).await {
+            if let Err(e) = relay_queue(conn.clone(), &orderings, &q).await {
                 tracing::warn!(queue = %q, error = %e, "relaying held publishes failed; retrying in {backoff:?}");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -65,7 +69,7 @@ pub(super) async fn relay_loop(
     }
 }
 
-pub(super) async fn relay_queue(mut conn: Conn, queue: &str) -> redis::RedisResult<()> {
+pub(super) async fn relay_queue(mut conn: Conn, orderings: &Orderings, queue: &str) -> Result<()> {
     let outbox = key(queue, "outbox");
     loop {
         let reply: Value = redis::cmd("XRANGE")
@@ -75,7 +79,8 @@ pub(super) async fn relay_queue(mut conn: Conn, queue: &str) -> redis::RedisResu
             .arg("COUNT")
             .arg(500)
             .query_async(&mut conn)
-            .await?;
+            .await
+            .map_err(classify)?;
         let entries = codec::into_array(reply);
         if entries.is_empty() {
             return Ok(());
@@ -85,7 +90,9 @@ pub(super) async fn relay_queue(mut conn: Conn, queue: &str) -> redis::RedisResu
             match codec::Held::parse(e) {
                 Some(Outboxed::Held(h)) => held.push(h),
                 Some(Outboxed::Unreadable { entry, fields }) => {
-                    bury(&mut conn, queue, &entry, &fields).await?;
+                    bury(&mut conn, queue, &entry, &fields)
+                        .await
+                        .map_err(classify)?;
                 }
                 None => {}
             }
@@ -96,46 +103,54 @@ pub(super) async fn relay_queue(mut conn: Conn, queue: &str) -> redis::RedisResu
         // One script per target queue: its keys share that queue's slot.
         let by_target = group_by_queue(&held, |&h| h.queue.as_str());
         for (target, list) in &by_target {
-            enqueue_held(&mut conn, target, list).await?;
+            enqueue_held(&mut conn, orderings, target, list).await?;
         }
         let targets: Vec<&str> = by_target.iter().map(|(q, _)| *q).collect();
         redis::cmd("SADD")
             .arg(QUEUES_KEY)
             .arg(&targets)
             .query_async::<()>(&mut conn)
-            .await?;
+            .await
+            .map_err(classify)?;
         let entries: Vec<&str> = held.iter().map(|h| h.entry.as_str()).collect();
         redis::cmd("XDEL")
             .arg(&outbox)
             .arg(&entries)
             .query_async::<()>(&mut conn)
-            .await?;
+            .await
+            .map_err(classify)?;
     }
 }
 
-/// Enqueue held publishes on `target`, each guarded by its marker key.
+/// Enqueue held publishes on `target`, each guarded by its marker key and
+/// grouped by `target`'s ordering.
 async fn enqueue_held(
     conn: &mut Conn,
+    orderings: &Orderings,
     target: &str,
     held: &[&codec::Held],
-) -> redis::RedisResult<()> {
+) -> Result<()> {
     let keys = QueueKeys::new(target);
-    let mut script = scripts::PUBLISH.prepare_invoke();
-    script
-        .key(&keys.stream)
-        .key(&keys.delayed)
-        .key(&keys.bodies)
-        .arg(RELAY_MARKER_TTL.as_millis() as u64);
-    for h in held {
+    let headers: Vec<Vec<(String, String)>> =
+        held.iter().map(|h| decode_headers(&h.headers)).collect();
+    enqueue_under(conn, orderings, target, |spec, ordering| {
+        let mut script = scripts::PUBLISH.prepare_invoke();
+        keys.publish_keys(&mut script);
+        script.arg(RELAY_MARKER_TTL.as_millis() as u64).arg(spec);
+        for (h, headers) in held.iter().zip(&headers) {
+            script
+                .key(key(target, &format!("relayed:{}", h.id)))
+                .arg(&h.id)
+                .arg(&h.key)
+                .arg(&h.payload)
+                .arg(&h.headers)
+                .arg(h.delay_ms)
+                .arg(group_arg(ordering, headers, &h.payload));
+        }
         script
-            .key(key(target, &format!("relayed:{}", h.id)))
-            .arg(&h.id)
-            .arg(&h.key)
-            .arg(&h.payload)
-            .arg(&h.headers)
-            .arg(h.delay_ms);
-    }
-    script.invoke_async::<()>(conn).await
+    })
+    .await?;
+    Ok(())
 }
 
 /// Move an outbox entry the relay cannot read to `queue`'s dead letters,

@@ -5,6 +5,7 @@
 use async_trait::async_trait;
 
 use super::conn::classify;
+use super::groups::enqueue_under;
 use super::queue::message_args;
 use super::{QUEUES_KEY, QueueKeys, RedisBroker, scripts};
 use crate::broker::Result;
@@ -17,21 +18,29 @@ impl Schedules for RedisBroker {
         schedules::check(&tick)?;
         self.register([tick.queue.as_str()]).await?;
         let keys = QueueKeys::new(&tick.queue);
-        let mut script = scripts::FIRE.prepare_invoke();
-        script
-            .key(&keys.stream)
-            .key(&keys.delayed)
-            .key(&keys.bodies)
-            .key(&keys.schedules)
-            .arg(&tick.schedule)
-            .arg(tick.at_ms);
-        if let Some(m) = &tick.message {
-            message_args(&mut script, &new_id(), m);
-        }
-        let fired: i64 = script
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(classify)?;
+        let fired = enqueue_under(
+            &mut self.conn.clone(),
+            &self.orderings,
+            &tick.queue,
+            |spec, ordering| {
+                let mut script = scripts::FIRE.prepare_invoke();
+                script
+                    .key(&keys.stream)
+                    .key(&keys.delayed)
+                    .key(&keys.bodies)
+                    .key(&keys.schedules)
+                    .key(&keys.groups)
+                    .key(&keys.waiting)
+                    .arg(&tick.schedule)
+                    .arg(tick.at_ms)
+                    .arg(spec);
+                if let Some(m) = &tick.message {
+                    message_args(&mut script, &new_id(), m, ordering);
+                }
+                script
+            },
+        )
+        .await?;
         Ok(fired == 1)
     }
 

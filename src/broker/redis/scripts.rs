@@ -7,7 +7,8 @@
 //!
 //! A message lives in exactly one place at a time: an entry of the queue's
 //! stream (ready or leased), a packed body in the `bodies` hash plus a score
-//! in the `delayed` sorted set, or an entry of the `dead` stream.
+//! in the `delayed` sorted set (or in the `waiting` set, for a message
+//! waiting for its ordered group), or an entry of the `dead` stream.
 //!
 //! Entry fields are short and written only when they say something, because
 //! every field is stored, sent and parsed once per delivery: `i` id and `p`
@@ -16,7 +17,9 @@
 //! than the message was enqueued; otherwise the entry id's time), `a`
 //! attempts before this entry (when not 0), `e` last error, `c` scheduled
 //! redrives the message has been through (when not 0; written by `REPLAY`,
-//! then carried along like every other field, into the dead letter too).
+//! then carried along like every other field, into the dead letter too),
+//! `g` the message's ordered group (when it has one; `w` its due time while
+//! it waits for its group, see `enqueue_grouped`).
 //! Dead letters add `r` reason, `v` handler version and `n` attempts; the
 //! time of death is the dead entry's id, so `REPLAY`'s cut-off is the end of
 //! an `XRANGE` and agrees with what `dlq list` shows. (A field written from
@@ -60,15 +63,70 @@ local function enqueue(stream, delayed, bodies, id, fields, due, now)
     redis.call('XADD', stream, '*', unpack(fields))
   end
 end
--- Queue the message whose five arguments start at ARGV[i]: id, key ("" =
--- the id), payload, headers ("" = none), delay ms.
-local function enqueue_message(stream, delayed, bodies, i, now)
+local function del_field(f, name)
+  for i = 1, #f, 2 do
+    if f[i] == name then table.remove(f, i); table.remove(f, i); return end
+  end
+end
+-- Ordered groups, in the queue's `groups` hash G and `waiting` set W. G
+-- holds the ordering ("\0spec"), a sequence ("\0seq"), the dead letter
+-- blocking a group ("\0b" .. group) and, by group, how many of its
+-- messages are unsettled (active, waiting, or dead and blocking). Only one
+-- message of a group is active (in the stream, delayed or leased) at a
+-- time; the others wait, their bodies in `bodies` with their own due time
+-- (`w`), their ids in W, ordered by group and sequence.
+local function enqueue_grouped(S, Z, H, G, W, id, fields, due, now, g)
+  if g == '' then enqueue(S, Z, H, id, fields, due, now); return end
+  set_field(fields, 'g', g)
+  if redis.call('HINCRBY', G, g, 1) == 1 then
+    enqueue(S, Z, H, id, fields, due, now)
+  else
+    set_field(fields, 'w', tostring(due))
+    redis.call('HSET', H, id, cmsgpack.pack(fields))
+    local seq = redis.call('HINCRBY', G, '\0seq', 1)
+    redis.call('ZADD', W, 0, g .. '\0' .. string.format('%016d', seq) .. '\0' .. id)
+  end
+end
+-- The active message of group g left for good: the oldest waiting one
+-- becomes active, unless a dead letter blocks the group.
+local function advance(S, Z, H, G, W, g, now)
+  if redis.call('HINCRBY', G, g, -1) <= 0 then redis.call('HDEL', G, g); return end
+  if redis.call('HEXISTS', G, '\0b' .. g) == 1 then return end
+  local member = redis.call('ZRANGEBYLEX', W, '[' .. g .. '\0', '(' .. g .. '\1', 'LIMIT', 0, 1)[1]
+  if not member then return end
+  redis.call('ZREM', W, member)
+  local id = string.match(member, '%z([^%z]*)$')
+  local packed = redis.call('HGET', H, id)
+  if not packed then return end
+  redis.call('HDEL', H, id)
+  local f = cmsgpack.unpack(packed)
+  local due = tonumber(get_field(f, 'w')) or now
+  del_field(f, 'w')
+  enqueue(S, Z, H, id, f, due, now)
+end
+-- Every blocked group of the queue moves on.
+local function unblock_all(S, Z, H, G, W, now)
+  local all = redis.call('HGETALL', G)
+  for j = 1, #all, 2 do
+    if string.sub(all[j], 1, 2) == '\0b' then
+      redis.call('HDEL', G, all[j])
+      advance(S, Z, H, G, W, string.sub(all[j], 3), now)
+    end
+  end
+end
+-- Queue the message whose six arguments start at ARGV[i]: id, key ("" =
+-- the id), payload, headers ("" = none), delay ms, group ("" = none).
+local function enqueue_message(S, Z, H, G, W, i, now)
   local fields = {'i', ARGV[i], 'p', ARGV[i + 2]}
   if ARGV[i + 1] ~= '' and ARGV[i + 1] ~= ARGV[i] then set_field(fields, 'k', ARGV[i + 1]) end
   if ARGV[i + 3] ~= '' then set_field(fields, 'h', ARGV[i + 3]) end
   local delay = tonumber(ARGV[i + 4])
   if delay > 0 then set_field(fields, 't', tostring(now)) end
-  enqueue(stream, delayed, bodies, ARGV[i], fields, now + delay, now)
+  enqueue_grouped(S, Z, H, G, W, ARGV[i], fields, now + delay, now, ARGV[i + 5])
+end
+-- The queue's ordering, "" for none.
+local function ordering(G)
+  return redis.call('HGET', G, '\0spec') or ''
 end
 -- The tokens in the rate bucket at `key` (fields tokens, at), refilled to
 -- `now` at `per_ms` up to `burst`; a bucket not made yet is full.
@@ -80,30 +138,73 @@ local function refill(key, per_ms, burst, now)
 end
 "#;
 
-/// KEYS: stream, delayed, bodies, then with a marker TTL one marker key per
-/// message. ARGV: marker TTL ms (0 = no markers), then five per message: id,
-/// key ("" = the id), payload, headers ("" = none), delay ms. A message with
-/// a marker is enqueued only if its marker was not set yet: the outbox
-/// relay's idempotency. Returns how many were enqueued.
+/// KEYS: stream, delayed, bodies, groups, waiting, counters, then with a
+/// marker TTL one marker key per message. ARGV: marker TTL ms (0 = no
+/// markers), the queue's ordering the groups were taken with ("" = none),
+/// then six per message: id, key ("" = the id), payload, headers ("" =
+/// none), delay ms, group ("" = none). A message with a marker is enqueued
+/// only if its marker was not set yet: the outbox relay's idempotency.
+/// Returns {enqueued}, or {-1, the queue's ordering} when it is not the one
+/// the groups were taken with: the caller takes them again and retries.
 pub static PUBLISH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
         r#"
+local spec = ordering(KEYS[4])
+if spec ~= ARGV[2] then return {-1, spec} end
 local now = server_now()
 local ttl = tonumber(ARGV[1])
-local n, m = 0, 0
-for i = 2, #ARGV, 5 do
+local n, m, ungrouped = 0, 0, 0
+for i = 3, #ARGV, 6 do
   m = m + 1
   local fresh = true
   if ttl > 0 then
-    fresh = redis.call('SET', KEYS[3 + m], '1', 'NX', 'PX', ttl)
+    fresh = redis.call('SET', KEYS[6 + m], '1', 'NX', 'PX', ttl)
   end
   if fresh then
-    enqueue_message(KEYS[1], KEYS[2], KEYS[3], i, now)
+    enqueue_message(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], i, now)
     n = n + 1
+    if spec ~= '' and ARGV[i + 5] == '' then ungrouped = ungrouped + 1 end
   end
 end
-return n
+if ungrouped > 0 then redis.call('HINCRBY', KEYS[6], 'ungrouped', ungrouped) end
+return {n}
+"#
+    ))
+});
+
+/// KEYS: stream, delayed, bodies, groups, waiting. ARGV: the queue's
+/// ordering ("" = none). Stores it; with none, every waiting message goes
+/// to the queue (in order) and the groups are forgotten; with one whose
+/// dead letters do not block, blocked groups move on. Returns 1 if it
+/// changed, else 0.
+pub static ORDER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PRELUDE}{}",
+        r#"
+local S, Z, H, G, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+if ordering(G) == ARGV[1] then return 0 end
+local now = server_now()
+if ARGV[1] == '' then
+  for _, member in ipairs(redis.call('ZRANGE', W, 0, -1)) do
+    local id = string.match(member, '%z([^%z]*)$')
+    local packed = redis.call('HGET', H, id)
+    if packed then
+      redis.call('HDEL', H, id)
+      local f = cmsgpack.unpack(packed)
+      local due = tonumber(get_field(f, 'w')) or now
+      del_field(f, 'w')
+      enqueue(S, Z, H, id, f, due, now)
+    end
+  end
+  redis.call('DEL', W, G)
+  return 1
+end
+redis.call('HSET', G, '\0spec', ARGV[1])
+if not string.find(ARGV[1], '"block_on_dead":true', 1, true) then
+  unblock_all(S, Z, H, G, W, now)
+end
+return 1
 "#
     ))
 });
@@ -218,22 +319,26 @@ return granted
     ))
 });
 
-/// KEYS: stream, delayed, bodies, schedules. ARGV: schedule, tick ms,
-/// then, to publish, the message's five as in `PUBLISH`. Fires the tick unless the schedule's last
-/// tick (a field of `schedules`) is at or after it: records it, and
-/// enqueues the message when there is one. Returns 1 if it fired, else 0.
+/// KEYS: stream, delayed, bodies, schedules, groups, waiting. ARGV:
+/// schedule, tick ms, the queue's ordering the group was taken with, then,
+/// to publish, the message's six as in `PUBLISH`. Fires the tick unless the
+/// schedule's last tick (a field of `schedules`) is at or after it: records
+/// it, and enqueues the message when there is one. Returns {1} if it fired,
+/// {0} if not, or {-1, the queue's ordering} as `PUBLISH` does.
 pub static FIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
         r#"
+local spec = ordering(KEYS[5])
+if #ARGV >= 9 and spec ~= ARGV[3] then return {-1, spec} end
 local tick = tonumber(ARGV[2])
 local last = redis.call('HGET', KEYS[4], ARGV[1])
-if last and tonumber(last) >= tick then return 0 end
+if last and tonumber(last) >= tick then return {0} end
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
-if #ARGV >= 7 then
-  enqueue_message(KEYS[1], KEYS[2], KEYS[3], 3, server_now())
+if #ARGV >= 9 then
+  enqueue_message(KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6], 4, server_now())
 end
-return 1
+return {1}
 "#
     ))
 });
@@ -268,10 +373,10 @@ return out
 });
 
 /// KEYS: stream, delayed, bodies, dead, counters, outbox, dead index (a
-/// hash of dead letters' stream entries by message id), then the
-/// idempotency keys the ops refer to. ARGV: group, consumer, then ops, each
-/// `kind, entry, delivery count, key index (0 = none), message id, attempt`
-/// followed by:
+/// hash of dead letters' stream entries by message id), groups, waiting,
+/// then the idempotency keys the ops refer to. ARGV: group, consumer, then
+/// ops, each `kind, entry, delivery count, key index (0 = none), message
+/// id, attempt, ordered group ("" = none)` followed by:
 ///   D (done):      retention ms, publish count, then 6 per publish:
 ///                  queue, id, key, payload, headers, delay ms
 ///   U (duplicate): nothing
@@ -287,12 +392,14 @@ return out
 /// other delivery took it); one whose key another message finished is a
 /// duplicate, one whose key another delivery of it finished is lost.
 /// Every other op is fenced by the pending entry: still this consumer's,
-/// at this delivery count. Returns the ids of the refused ops.
+/// at this delivery count. A done, duplicate or dead message of an ordered
+/// group hands its group on to the next (a dead one blocks it instead when
+/// the ordering says so). Returns the ids of the refused ops.
 pub static SETTLE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
         r#"
-local S, Z, H, D, C, O, DI = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local S, Z, H, D, C, O, DI, G, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local group, consumer = ARGV[1], ARGV[2]
 local now = server_now()
 -- Removals and counter updates are collected and applied once per batch.
@@ -326,15 +433,18 @@ local function owned(entry, count)
   local p = redis.call('XPENDING', S, group, entry, entry, 1)
   return p[1] ~= nil and p[1][2] == consumer and tonumber(p[1][4]) == tonumber(count)
 end
+local function hand_on(g)
+  if g ~= '' then advance(S, Z, H, G, W, g, now) end
+end
 local lost = {}
 local i = 3
 while i <= #ARGV do
-  local kind, entry, count, kidx, id, attempt =
-    ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4], tonumber(ARGV[i + 5])
+  local kind, entry, count, kidx, id, attempt, g =
+    ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4], tonumber(ARGV[i + 5]), ARGV[i + 6]
   local holder = entry .. ' ' .. count
   local key = nil
-  if kidx > 0 then key = KEYS[7 + kidx] end
-  i = i + 6
+  if kidx > 0 then key = KEYS[9 + kidx] end
+  i = i + 7
   if kind == 'D' then
     local retention, npub = ARGV[i], tonumber(ARGV[i + 1])
     i = i + 2
@@ -361,6 +471,7 @@ while i <= #ARGV do
       table.insert(lost, id)
     else
       remove(entry)
+      hand_on(g)
       if verdict == 'first' then
         to_outbox(i, npub)
         counts.done = counts.done + 1
@@ -372,6 +483,7 @@ while i <= #ARGV do
   elseif kind == 'U' then
     if owned(entry, count) then
       remove(entry)
+      hand_on(g)
       counts.duplicates = counts.duplicates + 1
     else
       table.insert(lost, id)
@@ -404,6 +516,11 @@ while i <= #ARGV do
         set_field(f, kv[1], kv[2])
       end
       redis.call('HSET', DI, id, redis.call('XADD', D, '*', unpack(f)))
+      if g ~= '' and string.find(ordering(G), '"block_on_dead":true', 1, true) then
+        redis.call('HSET', G, '\0b' .. g, id)
+      else
+        hand_on(g)
+      end
       to_outbox(i + 4, tonumber(ARGV[i + 3]))
       release(key, holder)
     else
@@ -428,8 +545,9 @@ return lost
     ))
 });
 
-/// KEYS: stream, delayed, bodies, dead, counters, outbox. ARGV: group.
-/// Returns {ready + in flight, in flight, delayed, dead, in outbox, counters}.
+/// KEYS: stream, delayed, bodies, dead, counters, outbox, waiting. ARGV:
+/// group. Returns {ready + in flight, in flight, delayed, dead, in outbox,
+/// counters, waiting in ordered groups}.
 pub static STATS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -437,18 +555,21 @@ local pending = 0
 local ok, summary = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1])
 if ok and summary[1] then pending = tonumber(summary[1]) end
 return {redis.call('XLEN', KEYS[1]), pending, redis.call('ZCARD', KEYS[2]),
-        redis.call('XLEN', KEYS[4]), redis.call('XLEN', KEYS[6]), redis.call('HGETALL', KEYS[5])}
+        redis.call('XLEN', KEYS[4]), redis.call('XLEN', KEYS[6]), redis.call('HGETALL', KEYS[5]),
+        redis.call('ZCARD', KEYS[7])}
 "#,
     )
 });
 
-/// KEYS: dead, stream, dead index. ARGV: after (an exclusive start like `(1-0`, or
+/// KEYS: dead, stream, dead index, delayed, bodies, groups, waiting. ARGV: after (an exclusive start like `(1-0`, or
 /// `-`), until (the last death time in ms, or `+`), scan (entries to look
 /// at, at most), limit (most to move; 0 = no limit), max redrives (-1 = any),
 /// redrive (1 = count one more redrive), then the ids to take (any when
 /// none). Moves the matching dead letters among the next `scan` entries back
 /// to the stream with attempts reset, oldest first, keeping their redrive
-/// count (plus one for a redrive). Returns {moved, the last entry looked at,
+/// count (plus one for a redrive). A dead letter of an ordered group leads
+/// it again if it blocked it, and otherwise rejoins it behind its waiting
+/// messages. Returns {moved, the last entry looked at,
 /// or "" when nothing is left to look at}: the caller goes on from there, so
 /// no one call holds Redis for a long dead-letter stream.
 pub static REPLAY: LazyLock<Script> = LazyLock::new(|| {
@@ -475,7 +596,15 @@ for _, e in ipairs(entries) do
     end
     if redrive then redrives = redrives + 1 end
     if redrives > 0 then set_field(back, 'c', tostring(redrives)) end
-    redis.call('XADD', KEYS[2], '*', unpack(back))
+    local g = get_field(f, 'g') or ''
+    local now = server_now()
+    if g ~= '' and redis.call('HGET', KEYS[6], '\0b' .. g) == id then
+      redis.call('HDEL', KEYS[6], '\0b' .. g)
+      set_field(back, 'g', g)
+      redis.call('XADD', KEYS[2], '*', unpack(back))
+    else
+      enqueue_grouped(KEYS[2], KEYS[4], KEYS[5], KEYS[6], KEYS[7], id, back, now, now, g)
+    end
     redis.call('XDEL', KEYS[1], e[1])
     redis.call('HDEL', KEYS[3], id)
     moved = moved + 1
@@ -487,16 +616,19 @@ return {moved, last}
     ))
 });
 
-/// KEYS: dead, dead index. Deletes the queue's dead letters; returns how
-/// many.
+/// KEYS: dead, dead index, stream, delayed, bodies, groups, waiting.
+/// Deletes the queue's dead letters, and the groups they blocked move on;
+/// returns how many.
 pub static PURGE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
+        "{PRELUDE}{}",
         r#"
 local n = redis.call('XLEN', KEYS[1])
 redis.call('DEL', KEYS[1], KEYS[2])
+unblock_all(KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], server_now())
 return n
-"#,
-    )
+"#
+    ))
 });
 
 /// KEYS: dead, dead index, outbox. ARGV: outbox entry, id, payload,

@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{SqliteBroker, classify};
+use super::{SqliteBroker, classify, groups};
 use crate::broker::codec::{decode_headers, encode_headers};
 use crate::broker::{DeadLetter, DeadLetters, ReplaySelector, Result};
 use crate::message::{Delivery, now_ms};
@@ -24,7 +24,8 @@ CREATE TABLE IF NOT EXISTS dead (
     reason          TEXT NOT NULL,
     last_error      TEXT,
     handler_version TEXT,
-    redrives        INTEGER NOT NULL DEFAULT 0
+    redrives        INTEGER NOT NULL DEFAULT 0,
+    grp             TEXT
 );
 CREATE INDEX IF NOT EXISTS dead_queue ON dead (queue, seq);
 ";
@@ -67,8 +68,10 @@ impl DeadLetters for SqliteBroker {
         let queue = queue.to_string();
         self.call(move |conn| {
             let n = conn
-                .execute("DELETE FROM dead WHERE queue = ?1", [queue])
+                .execute("DELETE FROM dead WHERE queue = ?1", [&queue])
                 .map_err(classify)?;
+            // The groups their dead letters blocked move on.
+            groups::unblock_all(conn, &queue, now_ms() as i64)?;
             Ok(n as u64)
         })
         .await
@@ -86,13 +89,18 @@ pub(super) struct Death<'a> {
     pub at: i64,
 }
 
-/// Store `delivery` as a dead letter. The caller has taken its row out of
-/// `messages` in the same savepoint.
-pub(super) fn bury(conn: &Connection, delivery: &Delivery, death: &Death<'_>) -> Result<()> {
+/// Store `delivery`, of group `grp`, as a dead letter. The caller has taken
+/// its row out of `messages` in the same savepoint.
+pub(super) fn bury(
+    conn: &Connection,
+    delivery: &Delivery,
+    grp: Option<&str>,
+    death: &Death<'_>,
+) -> Result<()> {
     conn.prepare_cached(
         "INSERT OR REPLACE INTO dead (id, queue, key, payload, headers, attempts, enqueued_at,
-         died_at, reason, last_error, handler_version, redrives)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+         died_at, reason, last_error, handler_version, redrives, grp)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     )
     .and_then(|mut s| {
         s.execute(params![
@@ -107,7 +115,8 @@ pub(super) fn bury(conn: &Connection, delivery: &Delivery, death: &Death<'_>) ->
             death.reason,
             death.error,
             death.handler_version,
-            death.redrives
+            death.redrives,
+            grp
         ])
     })
     .map_err(classify)?;
@@ -134,14 +143,17 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeadLetter> {
 
 /// Move the dead letters `sel` takes back to `queue`, oldest death first.
 /// Picking and moving run in one savepoint on the one writer, so a dead
-/// letter is never moved twice, even by hosts sharing the file.
+/// letter is never moved twice, even by hosts sharing the file. A dead
+/// letter of an ordered group leads its group again if it blocked it, and
+/// otherwise waits behind the group's messages.
 fn replay(conn: &Connection, queue: &str, sel: &ReplaySelector) -> Result<u64> {
-    let seqs = pick(conn, queue, sel)?;
+    let picked = pick(conn, queue, sel)?;
     let mut back = conn
         .prepare_cached(
             "INSERT INTO messages (id, queue, key, payload, headers, attempt, enqueued_at, visible_at,
-             last_error, redrives)
-             SELECT id, queue, key, payload, headers, 0, enqueued_at, ?2, last_error, redrives + ?3
+             last_error, redrives, grp, held_due)
+             SELECT id, queue, key, payload, headers, 0, enqueued_at, ?2, last_error, redrives + ?3,
+             grp, ?4
              FROM dead WHERE seq = ?1",
         )
         .map_err(classify)?;
@@ -149,23 +161,37 @@ fn replay(conn: &Connection, queue: &str, sel: &ReplaySelector) -> Result<u64> {
         .prepare_cached("DELETE FROM dead WHERE seq = ?1")
         .map_err(classify)?;
     let now = now_ms() as i64;
-    for seq in &seqs {
-        back.execute(params![seq, now, i64::from(sel.redrive)])
+    for (seq, id, grp) in &picked {
+        let now_due = match grp {
+            Some(grp) => groups::replayed(conn, queue, grp, id)?,
+            None => true,
+        };
+        let (visible_at, held_due) = if now_due {
+            (now, None)
+        } else {
+            (groups::WAITING, Some(now))
+        };
+        back.execute(params![seq, visible_at, i64::from(sel.redrive), held_due])
             .map_err(classify)?;
         delete.execute([seq]).map_err(classify)?;
     }
-    Ok(seqs.len() as u64)
+    Ok(picked.len() as u64)
 }
 
-/// The row numbers of the dead letters of `queue` that `sel` takes.
-fn pick(conn: &Connection, queue: &str, sel: &ReplaySelector) -> Result<Vec<i64>> {
+/// The row numbers, ids and groups of the dead letters of `queue` that
+/// `sel` takes.
+fn pick(
+    conn: &Connection,
+    queue: &str,
+    sel: &ReplaySelector,
+) -> Result<Vec<(i64, String, Option<String>)>> {
     let ids = (!sel.ids.is_empty())
         .then(|| serde_json::to_string(&sel.ids).expect("strings always serialize"));
     // LIMIT -1 is SQLite for no limit.
     let limit = sel.limit.map_or(-1, |n| n.min(i64::MAX as usize) as i64);
     let mut pick = conn
         .prepare_cached(
-            "SELECT seq FROM dead WHERE queue = ?1
+            "SELECT seq, id, grp FROM dead WHERE queue = ?1
              AND (?2 IS NULL OR died_at <= ?2)
              AND (?3 IS NULL OR redrives < ?3)
              AND (?4 IS NULL OR id IN (SELECT value FROM json_each(?4)))
@@ -180,7 +206,7 @@ fn pick(conn: &Connection, queue: &str, sel: &ReplaySelector) -> Result<Vec<i64>
             ids,
             limit
         ],
-        |r| r.get::<_, i64>(0),
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )
     .map_err(classify)?
     .collect::<rusqlite::Result<Vec<_>>>()

@@ -6,15 +6,17 @@
 
 use rusqlite::Connection;
 
-use super::{dead, kv, presence, queue, schedules, topics};
+use super::{dead, groups, kv, presence, queue, schedules, topics};
 
 /// The schema version this build writes (`PRAGMA user_version`).
 /// Version 4 added the `paused` table: a host of an earlier version would
 /// not honour a pause, so it must not open the file. Version 5 added the
 /// `flow` table (rate buckets), for the same reason: an earlier host would
 /// lease past `max_in_flight` and `rate`. Version 5 also has the
-/// `schedule_ticks` table.
-pub(super) const VERSION: i64 = 5;
+/// `schedule_ticks` table. Version 6 added ordered groups (the `grp` and
+/// `held_due` columns, the `orderings` and `blocked` tables): an earlier
+/// host would lease a group's waiting messages out of order.
+pub(super) const VERSION: i64 = 6;
 
 /// Columns added after their table was first released: table, column,
 /// definition. The definitions must have defaults, since rows exist.
@@ -24,6 +26,11 @@ const ADDED: &[(&str, &str, &str)] = &[
     ("dead", "redrives", "INTEGER NOT NULL DEFAULT 0"),
     // Version 3: settlements refused for a lost lease.
     ("counters", "lost", "INTEGER NOT NULL DEFAULT 0"),
+    // Version 6: ordered groups.
+    ("messages", "grp", "TEXT"),
+    ("messages", "held_due", "INTEGER"),
+    ("dead", "grp", "TEXT"),
+    ("counters", "ungrouped", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 /// Create every role's tables that are missing, then bring the file up to
@@ -36,10 +43,13 @@ pub(super) fn prepare(conn: &Connection) -> anyhow::Result<()> {
         kv::SCHEMA,
         topics::SCHEMA,
         schedules::SCHEMA,
+        groups::SCHEMA,
     ] {
         conn.execute_batch(schema)?;
     }
-    upgrade(conn)
+    upgrade(conn)?;
+    conn.execute_batch(groups::INDEX)?;
+    Ok(())
 }
 
 /// Bring the file up to [`VERSION`]. A file at it already is left alone,

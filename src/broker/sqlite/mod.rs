@@ -31,6 +31,7 @@ use super::{BrokerError, Result};
 use crate::message::now_ms;
 
 mod dead;
+mod groups;
 mod kv;
 mod migrate;
 mod presence;

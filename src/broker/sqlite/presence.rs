@@ -135,7 +135,9 @@ fn stats(conn: &Connection, only: Option<&str>) -> Result<Vec<QueueStats>> {
         )
         .map_err(classify)?;
     let mut counters = conn
-        .prepare_cached("SELECT done, duplicates, retried, lost FROM counters WHERE queue = ?1")
+        .prepare_cached(
+            "SELECT done, duplicates, retried, lost, ungrouped FROM counters WHERE queue = ?1",
+        )
         .map_err(classify)?;
     let mut dead = conn
         .prepare_cached("SELECT COUNT(*) FROM dead WHERE queue = ?1")
@@ -155,12 +157,13 @@ fn stats(conn: &Connection, only: Option<&str>) -> Result<Vec<QueueStats>> {
             .map_err(classify)?;
         if let Some(c) = counters
             .query_row([&queue], |r| {
-                Ok([n(r.get(0)?), n(r.get(1)?), n(r.get(2)?), n(r.get(3)?)])
+                let get = |i| r.get::<_, i64>(i).map(n);
+                Ok([get(0)?, get(1)?, get(2)?, get(3)?, get(4)?])
             })
             .optional()
             .map_err(classify)?
         {
-            [s.done, s.duplicates, s.retried, s.lost_leases] = c;
+            [s.done, s.duplicates, s.retried, s.lost_leases, s.ungrouped] = c;
         }
         s.dead = n(dead.query_row([&queue], |r| r.get(0)).map_err(classify)?);
         s.paused = n(paused.query_row([&queue], |r| r.get(0)).map_err(classify)?) > 0;

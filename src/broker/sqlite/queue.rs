@@ -9,9 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{SqliteBroker, classify, dead};
+use super::{SqliteBroker, classify, dead, groups};
 use crate::broker::codec::{decode_headers, encode_headers, lease_expired};
-use crate::broker::{ClaimState, Flow, KeyClaim, Queue, Rate, Result, Settlement};
+use crate::broker::{ClaimState, Flow, KeyClaim, OrderedGroups, Queue, Rate, Result, Settlement};
 use crate::message::{Delivery, NewMessage, new_id, now_ms};
 
 pub(super) const SCHEMA: &str = "
@@ -28,7 +28,9 @@ CREATE TABLE IF NOT EXISTS messages (
     leased      INTEGER NOT NULL DEFAULT 0,
     receipt     TEXT,
     last_error  TEXT,
-    redrives    INTEGER NOT NULL DEFAULT 0
+    redrives    INTEGER NOT NULL DEFAULT 0,
+    grp         TEXT,
+    held_due    INTEGER
 );
 CREATE INDEX IF NOT EXISTS messages_due ON messages (queue, visible_at);
 CREATE TABLE IF NOT EXISTS keys (
@@ -53,7 +55,8 @@ CREATE TABLE IF NOT EXISTS counters (
     done       INTEGER NOT NULL DEFAULT 0,
     duplicates INTEGER NOT NULL DEFAULT 0,
     retried    INTEGER NOT NULL DEFAULT 0,
-    lost       INTEGER NOT NULL DEFAULT 0
+    lost       INTEGER NOT NULL DEFAULT 0,
+    ungrouped  INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 ";
 
@@ -96,36 +99,55 @@ impl Queue for SqliteBroker {
         let settlements = settlements.to_vec();
         self.call(move |conn| settle(conn, settlements)).await
     }
+
+    async fn set_ordering(&self, queue: &str, ordering: Option<&OrderedGroups>) -> Result<()> {
+        let (queue, ordering) = (queue.to_string(), ordering.cloned());
+        self.call(move |conn| {
+            groups::set_ordering(conn, &queue, ordering.as_ref(), now_ms() as i64)
+        })
+        .await
+    }
 }
 
 /// Insert `messages`, each due after its own delay from `now`; their ids.
-/// Each queue is remembered in `queues`, which `stats` lists.
+/// Each queue is remembered in `queues`, which `stats` lists. A message of
+/// an ordered queue takes its group, and waits if its group has a message
+/// before it.
 pub(super) fn insert_messages(
     conn: &Connection,
     messages: &[NewMessage],
     now: u64,
 ) -> Result<Vec<String>> {
-    let mut known = conn
-        .prepare_cached("INSERT OR IGNORE INTO queues (queue) VALUES (?1)")
-        .map_err(classify)?;
-    let mut last: Option<&str> = None;
-    for m in messages {
-        if last != Some(m.queue.as_str()) {
-            known.execute([&m.queue]).map_err(classify)?;
-            last = Some(&m.queue);
-        }
-    }
+    let orderings = known_queues(conn, messages)?;
     let mut stmt = conn
         .prepare_cached(
-            "INSERT INTO messages (id, queue, key, payload, headers, enqueued_at, visible_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO messages (id, queue, key, payload, headers, enqueued_at, visible_at, grp, held_due)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )
         .map_err(classify)?;
     let mut ids = Vec::with_capacity(messages.len());
+    let mut ungrouped: HashMap<&str, i64> = HashMap::new();
     for m in messages {
         let id = new_id();
         let key = m.key.as_deref().unwrap_or(&id);
-        let visible_at = now + m.delay.as_millis() as u64;
+        let due = (now + m.delay.as_millis() as u64) as i64;
+        let grp = orderings[m.queue.as_str()].as_ref().and_then(|o| {
+            let grp = o.group_of(&m.headers, &m.payload);
+            if grp.is_none() {
+                tracing::debug!(queue = %m.queue, id = %id, group = ?o.group, "a message of an ordered queue has no group value; it is handled unordered");
+                *ungrouped.entry(m.queue.as_str()).or_default() += 1;
+            }
+            grp
+        });
+        let waits = match grp.as_deref() {
+            Some(g) => groups::must_wait(conn, &m.queue, g)?,
+            None => false,
+        };
+        let (visible_at, held_due) = if waits {
+            (groups::WAITING, Some(due))
+        } else {
+            (due, None)
+        };
         stmt.execute(params![
             id,
             m.queue,
@@ -133,12 +155,47 @@ pub(super) fn insert_messages(
             m.payload,
             encode_headers(&m.headers),
             now as i64,
-            visible_at as i64
+            visible_at,
+            grp,
+            held_due
         ])
         .map_err(classify)?;
         ids.push(id);
     }
+    count_ungrouped(conn, ungrouped)?;
     Ok(ids)
+}
+
+/// Remember the queues of `messages` in `queues`; their orderings.
+fn known_queues<'a>(
+    conn: &Connection,
+    messages: &'a [NewMessage],
+) -> Result<HashMap<&'a str, Option<OrderedGroups>>> {
+    let mut known = conn
+        .prepare_cached("INSERT OR IGNORE INTO queues (queue) VALUES (?1)")
+        .map_err(classify)?;
+    let mut orderings = HashMap::new();
+    for m in messages {
+        if !orderings.contains_key(m.queue.as_str()) {
+            known.execute([&m.queue]).map_err(classify)?;
+            orderings.insert(m.queue.as_str(), groups::ordering_of(conn, &m.queue)?);
+        }
+    }
+    Ok(orderings)
+}
+
+/// Add to each queue's count of messages published without a group value.
+fn count_ungrouped(conn: &Connection, ungrouped: HashMap<&str, i64>) -> Result<()> {
+    let mut bump = conn
+        .prepare_cached(
+            "INSERT INTO counters (queue, ungrouped) VALUES (?1, ?2)
+             ON CONFLICT (queue) DO UPDATE SET ungrouped = ungrouped + ?2",
+        )
+        .map_err(classify)?;
+    for (queue, n) in ungrouped {
+        bump.execute(params![queue, n]).map_err(classify)?;
+    }
+    Ok(())
 }
 
 /// Lease up to `max` due messages of `queue`: pick them, then mark each
@@ -255,7 +312,7 @@ fn pick_due(
 ) -> Result<Vec<(i64, Delivery)>> {
     let mut select = conn
         .prepare_cached(
-            "SELECT seq, id, key, payload, headers, attempt, enqueued_at, leased, last_error
+            "SELECT seq, id, key, payload, headers, attempt, enqueued_at, leased, last_error, grp
              FROM messages WHERE queue = ?1 AND visible_at <= ?2
              ORDER BY visible_at, seq LIMIT ?3",
         )
@@ -281,6 +338,7 @@ fn pick_due(
                 last_error,
                 receipt: format!("{:016x}", rand::random::<u64>()),
                 lease_until_ms: lease_until,
+                group: row.get(9)?,
             };
             Ok((row.get(0)?, delivery))
         })
@@ -379,7 +437,7 @@ fn settle_one(conn: &Connection, s: Settlement, now: i64) -> Result<Option<Count
             publishes,
         } => return settle_done(conn, &delivery, key, &publishes, now),
         Settlement::Duplicate { delivery } => {
-            if take_leased(conn, &delivery)?.is_none() {
+            if take_leased(conn, &delivery, now)?.is_none() {
                 return Ok(None);
             }
             Counted::Duplicate
@@ -440,11 +498,14 @@ fn bury_leased<'a>(
     death: impl FnOnce(u32) -> dead::Death<'a>,
     notice: &[NewMessage],
 ) -> Result<bool> {
-    let Some(redrives) = take_leased(conn, delivery)? else {
+    let Some((redrives, grp)) = take_row(conn, delivery)? else {
         return Ok(false);
     };
     let death = death(redrives);
-    dead::bury(conn, delivery, &death)?;
+    dead::bury(conn, delivery, grp.as_deref(), &death)?;
+    if let Some(grp) = grp {
+        groups::died(conn, &delivery.queue, &grp, &delivery.id, death.at)?;
+    }
     insert_messages(conn, notice, death.at as u64)?;
     Ok(true)
 }
@@ -459,7 +520,7 @@ fn settle_done(
     publishes: &[NewMessage],
     now: i64,
 ) -> Result<Option<Counted>> {
-    if take_leased(conn, delivery)?.is_none() {
+    if take_leased(conn, delivery, now)?.is_none() {
         return Ok(None);
     }
     let first = match &key {
@@ -516,14 +577,28 @@ fn add_counts(conn: &Connection, counts: HashMap<String, Counts>) -> Result<()> 
 
 /// Delete the row of a delivery that still holds its lease, and return the
 /// redrives the message carries (which only the row knows); `None` when the
-/// lease was lost.
-fn take_leased(conn: &Connection, d: &Delivery) -> Result<Option<u32>> {
-    conn.prepare_cached("DELETE FROM messages WHERE id = ?1 AND receipt = ?2 RETURNING redrives")
-        .and_then(|mut s| {
-            s.query_row(params![d.id, d.receipt], |r| r.get(0))
-                .optional()
-        })
-        .map_err(classify)
+/// lease was lost. A message of a group hands it on (unless it dies: see
+/// [`bury_leased`]).
+fn take_leased(conn: &Connection, d: &Delivery, now: i64) -> Result<Option<u32>> {
+    let Some((redrives, grp)) = take_row(conn, d)? else {
+        return Ok(None);
+    };
+    if let Some(grp) = grp {
+        groups::advance(conn, &d.queue, &grp, now)?;
+    }
+    Ok(Some(redrives))
+}
+
+/// Delete a leased message's row: its redrives and group.
+fn take_row(conn: &Connection, d: &Delivery) -> Result<Option<(u32, Option<String>)>> {
+    conn.prepare_cached(
+        "DELETE FROM messages WHERE id = ?1 AND receipt = ?2 RETURNING redrives, grp",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![d.id, d.receipt], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+    })
+    .map_err(classify)
 }
 
 /// Mark `key` done for this delivery. False when it was already done (by

@@ -1,0 +1,225 @@
+//! Ordered groups held by the broker: a group's messages are leased one at
+//! a time in the order they were published, retries hold the group, a dead
+//! one moves it on or blocks it until replayed or purged, alike on every
+//! backend. (Hosts handling groups in order is in `groups.rs`.)
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice::broker::{Broker, Flow, GroupSource, OrderedGroups, ReplaySelector, Settlement};
+use sluice::message::{Delivery, NewMessage};
+
+use super::{LEASE, msg, stats_until};
+
+/// Order `queue` by the header `g`.
+async fn order(b: &dyn Broker, queue: &str, block_on_dead: bool) {
+    let ordering = OrderedGroups {
+        group: GroupSource::Header("g".into()),
+        block_on_dead,
+    };
+    b.set_ordering(queue, Some(&ordering)).await.unwrap();
+}
+
+/// A message of group `g` (none when empty) with `payload`.
+fn member(queue: &str, g: &str, payload: &str) -> NewMessage {
+    let mut m = msg(queue, payload);
+    if !g.is_empty() {
+        m.headers = vec![("g".into(), g.into())];
+    }
+    m
+}
+
+/// The payloads a receive of up to 10 gets now, sorted.
+async fn take(b: &dyn Broker, queue: &str) -> Vec<Delivery> {
+    let mut got = b.receive(queue, 10, LEASE, Flow::default()).await.unwrap();
+    got.sort_by(|a, b| a.payload.cmp(&b.payload));
+    got
+}
+
+fn payloads(got: &[Delivery]) -> Vec<String> {
+    got.iter()
+        .map(|d| String::from_utf8_lossy(&d.payload).into_owned())
+        .collect()
+}
+
+/// Receive until the payloads `want` came (sorted), or fail after 5 s; the
+/// held publishes of a settle reach their queue through a relay on Redis.
+async fn take_until(b: &dyn Broker, queue: &str, want: &[&str]) -> Vec<Delivery> {
+    let start = Instant::now();
+    let mut got = Vec::new();
+    while got.len() < want.len() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{queue}: got {:?}, want {want:?}",
+            payloads(&got)
+        );
+        got.extend(take(b, queue).await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    got.sort_by(|a, b| a.payload.cmp(&b.payload));
+    assert_eq!(payloads(&got), want);
+    got
+}
+
+async fn settle(b: &dyn Broker, s: Settlement) {
+    b.settle(&[s]).await.unwrap();
+}
+
+fn done(delivery: Delivery) -> Settlement {
+    Settlement::Done {
+        delivery,
+        key: None,
+        publishes: vec![],
+    }
+}
+
+fn dead(delivery: Delivery) -> Settlement {
+    Settlement::Dead {
+        delivery,
+        reason: "gave up".into(),
+        error: None,
+        handler_version: None,
+        key: None,
+        notice: None,
+    }
+}
+
+/// Two groups and a message without a group: one message of each group at
+/// a time, in order; a retry holds its group; the one without a group is
+/// not held; waiting messages count as delayed.
+pub async fn a_group_is_leased_one_message_at_a_time_in_order(b: Arc<dyn Broker>) {
+    order(&*b, "q", false).await;
+    let published = [
+        ("a", "a1"),
+        ("b", "b1"),
+        ("a", "a2"),
+        ("b", "b2"),
+        ("a", "a3"),
+        ("", "u"),
+    ];
+    b.publish(published.iter().map(|(g, p)| member("q", g, p)).collect())
+        .await
+        .unwrap();
+    let s = b.queue_stats("q").await.unwrap();
+    assert_eq!((s.ready, s.delayed, s.ungrouped), (3, 3, 1), "{s:?}");
+    let mut got = take(&*b, "q").await;
+    assert_eq!(payloads(&got), ["a1", "b1", "u"]);
+    assert_eq!(got[0].group.as_deref(), Some("a"));
+    assert_eq!(got[2].group, None);
+    assert!(take(&*b, "q").await.is_empty(), "the groups are held");
+    let u = got.pop().unwrap();
+    let b1 = got.pop().unwrap();
+    let a1 = got.pop().unwrap();
+    settle(&*b, done(u)).await;
+    settle(&*b, done(a1)).await;
+    let a2 = take(&*b, "q").await.pop().expect("a2 follows a1");
+    assert_eq!(payloads(std::slice::from_ref(&a2)), ["a2"]);
+    // A retry keeps its place at the head of its group.
+    settle(
+        &*b,
+        Settlement::Retry {
+            delivery: b1,
+            delay: Duration::from_millis(200),
+            error: "later".into(),
+            key: None,
+        },
+    )
+    .await;
+    assert!(take(&*b, "q").await.is_empty(), "b2 waits for b1's retry");
+    let b1 = take_until(&*b, "q", &["b1"]).await.pop().unwrap();
+    assert_eq!(b1.attempt, 2);
+    settle(&*b, done(b1)).await;
+    settle(&*b, done(a2)).await;
+    let got = take(&*b, "q").await;
+    assert_eq!(payloads(&got), ["a3", "b2"]);
+    for d in got {
+        settle(&*b, done(d)).await;
+    }
+    let s = stats_until(&*b, "q", |s| s.done == 6).await;
+    assert_eq!(s.pending(), 0, "{s:?}");
+}
+
+/// A dead message moves its group on; with `block_on_dead` it holds the
+/// group until its dead letter is replayed (and goes first) or purged.
+pub async fn a_dead_message_moves_its_group_on_or_blocks_it(b: Arc<dyn Broker>) {
+    order(&*b, "skip", false).await;
+    b.publish(vec![member("skip", "a", "a1"), member("skip", "a", "a2")])
+        .await
+        .unwrap();
+    let a1 = take(&*b, "skip").await.pop().unwrap();
+    settle(&*b, dead(a1)).await;
+    assert_eq!(payloads(&take(&*b, "skip").await), ["a2"]);
+
+    order(&*b, "block", true).await;
+    b.publish(vec![member("block", "c", "c1"), member("block", "c", "c2")])
+        .await
+        .unwrap();
+    let c1 = take(&*b, "block").await.pop().unwrap();
+    settle(&*b, dead(c1)).await;
+    assert!(take(&*b, "block").await.is_empty(), "c2 waits for dead c1");
+    // A message published now joins the blocked group.
+    b.publish(vec![member("block", "c", "c3")]).await.unwrap();
+    assert!(take(&*b, "block").await.is_empty());
+    assert_eq!(
+        b.replay("block", &ReplaySelector::default()).await.unwrap(),
+        1
+    );
+    let c1 = take(&*b, "block")
+        .await
+        .pop()
+        .expect("the replayed c1 first");
+    assert_eq!(payloads(std::slice::from_ref(&c1)), ["c1"]);
+    assert!(take(&*b, "block").await.is_empty());
+    settle(&*b, done(c1)).await;
+    let c2 = take(&*b, "block").await.pop().expect("then c2");
+    assert_eq!(payloads(std::slice::from_ref(&c2)), ["c2"]);
+    // Dead again: purging its dead letter lets c3 go.
+    settle(&*b, dead(c2)).await;
+    assert!(take(&*b, "block").await.is_empty());
+    assert_eq!(b.purge("block").await.unwrap(), 1);
+    assert_eq!(payloads(&take(&*b, "block").await), ["c3"]);
+}
+
+/// A publish held with the ack joins its group behind the messages before
+/// it; dropping the ordering lets every waiting message go.
+pub async fn held_publishes_join_their_group_and_dropping_the_ordering_frees_it(
+    b: Arc<dyn Broker>,
+) {
+    order(&*b, "q", false).await;
+    b.publish(vec![member("q", "a", "a1"), member("q", "a", "a2")])
+        .await
+        .unwrap();
+    let a1 = take(&*b, "q").await.pop().unwrap();
+    settle(
+        &*b,
+        Settlement::Done {
+            delivery: a1,
+            key: None,
+            publishes: vec![member("q", "a", "a3"), member("q", "a", "a4")],
+        },
+    )
+    .await;
+    let a2 = take_until(&*b, "q", &["a2"]).await.pop().unwrap();
+    // The held publishes arrive (on Redis, through the relay) and wait.
+    stats_until(&*b, "q", |s| s.delayed == 2).await;
+    assert!(take(&*b, "q").await.is_empty());
+    settle(&*b, done(a2)).await;
+    let a3 = take_until(&*b, "q", &["a3"]).await.pop().unwrap();
+    b.set_ordering("q", None).await.unwrap();
+    assert_eq!(payloads(&take(&*b, "q").await), ["a4"]);
+    settle(&*b, done(a3)).await;
+    // Without an ordering nothing is grouped or held.
+    b.publish(vec![member("q", "a", "a5"), member("q", "a", "a6")])
+        .await
+        .unwrap();
+    let got = take(&*b, "q").await;
+    assert_eq!(payloads(&got), ["a5", "a6"]);
+    assert!(got.iter().all(|d| d.group.is_none()));
+    assert_eq!(b.queue_stats("q").await.unwrap().ungrouped, 0);
+}
+
+on_every_backend!(broker:
+    a_group_is_leased_one_message_at_a_time_in_order,
+    a_dead_message_moves_its_group_on_or_blocks_it,
+    held_publishes_join_their_group_and_dropping_the_ordering_frees_it,
+);
