@@ -48,6 +48,12 @@ fn groups_are_handled_in_sequence_across_hosts_and_a_kill(env: Env) {
     // The queue is ordered once a host has loaded the sidecar: messages
     // published before then are not grouped.
     wait_until(Duration::from_secs(60), "both hosts serving", || {
+        for (host, log) in hosts.iter_mut().zip(&logs) {
+            if let Some(status) = host.try_wait().unwrap() {
+                let log = std::fs::read_to_string(log).unwrap();
+                panic!("a host exited at start ({status}):\n{log}");
+            }
+        }
         env.sluice(&["--json", "stats", "--handlers"])
             .lines()
             .count()
@@ -60,20 +66,35 @@ fn groups_are_handled_in_sequence_across_hosts_and_a_kill(env: Env) {
         assert_eq!(env.count("seq", "dead"), 0, "a message came out of order");
         env.count("seq", "done") >= total / 4
     });
-    unsafe { libc::kill(hosts[0].id() as i32, libc::SIGKILL) };
-    hosts[0].wait().unwrap();
+    // The host that has handled more is killed (one host may well have
+    // taken every group's head so far).
+    let handled = |log: &std::path::PathBuf| {
+        lines_with(&std::fs::read_to_string(log).unwrap(), "in order: ").len()
+    };
+    let killed = if handled(&logs[0]) >= handled(&logs[1]) {
+        0
+    } else {
+        1
+    };
+    assert!(handled(&logs[killed]) > 0, "no host logged a message");
+    unsafe { libc::kill(hosts[killed].id() as i32, libc::SIGKILL) };
+    hosts[killed].wait().unwrap();
     let at_kill = env.count("seq", "done");
     assert!(at_kill < total, "everything was done before the kill");
     wait_until(Duration::from_secs(120), "every message done", || {
         env.count("seq", "done") == total
     });
-    unsafe { libc::kill(hosts[1].id() as i32, libc::SIGTERM) };
-    hosts[1].wait().unwrap();
+    let survivor = 1 - killed;
+    unsafe { libc::kill(hosts[survivor].id() as i32, libc::SIGTERM) };
+    hosts[survivor].wait().unwrap();
 
     let stats = env.stats()["seq"].clone();
     assert_eq!(stats["dead"], 0, "{stats}");
+    // One in ten asks for a retry on its first attempt; those whose first
+    // attempt was cut short by the kill come back on a second.
+    let retried = stats["retried"].as_u64().unwrap();
     assert!(
-        stats["retried"].as_u64().unwrap() >= total / 10,
+        (total / 10 - 32..=total / 10).contains(&retried),
         "one in ten retried: {stats}"
     );
     assert_eq!(stats["ungrouped"], 0, "{stats}");
@@ -86,28 +107,28 @@ fn groups_are_handled_in_sequence_across_hosts_and_a_kill(env: Env) {
         "{}",
         lines_with(&log, "OUT OF ORDER").join("\n")
     );
-    // Each message was finished in sequence exactly once.
+    // Each message was finished in sequence once; one that a killed host
+    // finished but did not ack came again and was taken for done (`again`).
     let mut finished: BTreeMap<(String, usize), usize> = BTreeMap::new();
-    for line in lines_with(&log, "in order: ") {
-        let rest = line.split("in order: ").nth(1).unwrap();
-        let mut words = rest.split_whitespace();
-        let group = words.next().unwrap().to_string();
-        let seq: usize = words.next().unwrap().trim_end_matches('"').parse().unwrap();
-        *finished.entry((group, seq)).or_default() += 1;
+    let mut again = BTreeMap::new();
+    for (needle, seen) in [("in order: ", &mut finished), ("again: ", &mut again)] {
+        for line in lines_with(&log, needle) {
+            let rest = line.split(needle).nth(1).unwrap();
+            let mut words = rest.split_whitespace();
+            let group = words.next().unwrap().to_string();
+            let seq: usize = words.next().unwrap().trim_end_matches('"').parse().unwrap();
+            *seen.entry((group, seq)).or_default() += 1;
+        }
     }
-    assert_eq!(
-        finished.len(),
-        GROUPS * PER_GROUP,
-        "every message in sequence"
-    );
     assert!(finished.values().all(|n| *n == 1), "each once");
-    for (i, log) in logs.iter().enumerate() {
-        let text = std::fs::read_to_string(log).unwrap();
-        assert!(
-            !lines_with(&text, "in order: ").is_empty(),
-            "host {i} handled none"
-        );
-    }
+    assert!(
+        again.len() <= 16,
+        "more came again than one host had in flight: {again:?}"
+    );
+    let mut all: Vec<_> = finished.keys().chain(again.keys()).collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), GROUPS * PER_GROUP, "every message in sequence");
 }
 
 on_every_backend!(env: groups_are_handled_in_sequence_across_hosts_and_a_kill);

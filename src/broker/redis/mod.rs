@@ -90,7 +90,8 @@ struct QueueKeys {
     /// Ordered groups: the ordering, member counts and blocks (see
     /// `enqueue_grouped` in the scripts' prelude) ...
     groups: String,
-    /// ... and the messages waiting for their group, in order.
+    /// ... and the prefix of each group's list of waiting messages, in
+    /// order (`WAITING:GROUP`).
     waiting: String,
 }
 

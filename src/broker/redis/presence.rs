@@ -24,7 +24,7 @@ impl Presence for RedisBroker {
             .key(&keys.dead)
             .key(&keys.counters)
             .key(&keys.outbox)
-            .key(&keys.waiting)
+            .key(&keys.groups)
             .arg(GROUP)
             .invoke_async(&mut conn)
             .await

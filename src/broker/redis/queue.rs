@@ -221,8 +221,8 @@ impl RedisBroker {
     }
 
     /// Settle acks that need no check inside Redis (see [`is_plain`]): one
-    /// `MULTI`/`EXEC` records the keys, acks and deletes the entries and
-    /// counts them. A key that turns out to be done already (another
+    /// `MULTI`/`EXEC` records the keys, acks and deletes the entries, moves
+    /// their ordered groups on (`ADVANCE`) and counts them. A key that turns out to be done already (another
     /// message with the key completed) was counted as done; a second step
     /// moves those counts to `duplicates`.
     async fn settle_plain(&self, queue: &str, plain: &[&Settlement]) -> Result<()> {
@@ -230,10 +230,12 @@ impl RedisBroker {
         let mut pipe = redis::pipe();
         pipe.atomic();
         let mut entries = Vec::with_capacity(plain.len());
+        let mut groups = Vec::new();
         let (mut done, mut duplicates) = (0u64, 0u64);
         for s in plain {
             let d = s.delivery();
             entries.push(codec::parse_receipt(&d.receipt).0);
+            groups.extend(d.group.as_deref());
             match s {
                 Settlement::Done {
                     key: Some((k, retention)),
@@ -256,6 +258,19 @@ impl RedisBroker {
             .arg(&entries)
             .ignore();
         pipe.cmd("XDEL").arg(&keys.stream).arg(&entries).ignore();
+        if !groups.is_empty() {
+            // Their groups move on in the same transaction.
+            pipe.cmd("EVAL")
+                .arg(&*scripts::ADVANCE)
+                .arg(4)
+                .arg(&keys.stream)
+                .arg(&keys.delayed)
+                .arg(&keys.bodies)
+                .arg(&keys.groups)
+                .arg(&keys.waiting)
+                .arg(&groups)
+                .ignore();
+        }
         for (name, n) in [("done", done), ("duplicates", duplicates)] {
             if n > 0 {
                 pipe.cmd("HINCRBY")
@@ -405,13 +420,10 @@ const PLAIN_MARGIN_MS: u64 = 500;
 /// delivery's: no other delivery can have taken it, nor finished the
 /// message, and the stream entry cannot have been reclaimed (hosts reclaim
 /// by the longest lease of the queue). Within the lease the key itself is
-/// the fence; a later settlement goes through `SETTLE`, which checks. A
-/// message of an ordered group always does: its group moves on in it.
+/// the fence; a later settlement goes through `SETTLE`, which checks.
 fn is_plain(s: &Settlement, now_ms: u64) -> bool {
-    let d = s.delivery();
-    let in_lease = now_ms + PLAIN_MARGIN_MS < d.lease_until_ms;
+    let in_lease = now_ms + PLAIN_MARGIN_MS < s.delivery().lease_until_ms;
     in_lease
-        && d.group.is_none()
         && match s {
             Settlement::Done { key, publishes, .. } => key.is_some() && publishes.is_empty(),
             Settlement::Duplicate { .. } => true,

@@ -33,7 +33,9 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-const PRELUDE: &str = r#"
+/// What every script shares: the server's time, entry fields, and
+/// queueing a body now or later.
+const BASE: &str = r#"
 local function server_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -50,10 +52,6 @@ local function get_field(f, name)
   end
   return nil
 end
--- Before an entry is written again, keep when its message was enqueued.
-local function keep_time(f, entry)
-  if not get_field(f, 't') then set_field(f, 't', string.match(entry, '^(%d+)')) end
-end
 -- Queue a body now (stream) or later (bodies hash + delayed set).
 local function enqueue(stream, delayed, bodies, id, fields, due, now)
   if due > now then
@@ -63,56 +61,82 @@ local function enqueue(stream, delayed, bodies, id, fields, due, now)
     redis.call('XADD', stream, '*', unpack(fields))
   end
 end
+"#;
+
+/// Moving an ordered group on (see [`PRELUDE`]): all that `ADVANCE` needs
+/// beside [`BASE`].
+const GROUP_CORE: &str = r#"-- Make a waiting body (its due time, a space, its packed fields) active:
+-- queue it for its due time.
+local function activate(S, Z, H, waiting, now)
+  local sp = string.find(waiting, ' ', 1, true)
+  local f = cmsgpack.unpack(string.sub(waiting, sp + 1))
+  local due = tonumber(string.sub(waiting, 1, sp - 1))
+  if due > now then
+    enqueue(S, Z, H, get_field(f, 'i'), f, due, now)
+  else
+    redis.call('XADD', S, '*', unpack(f))
+  end
+end
+-- The active message of group g left for good (or the dead letter that
+-- blocked it is gone): the oldest waiting one becomes active. (A group
+-- with an active message is never blocked: a block is lifted only by
+-- making its dead letter active again, or by this.) Returns 1 if one did,
+-- for the caller to take off the count of waiting messages.
+local function advance(S, Z, H, G, W, g, now)
+  if redis.call('HINCRBY', G, g, -1) <= 0 then redis.call('HDEL', G, g); return 0 end
+  local packed = redis.call('LPOP', W .. ':' .. g)
+  if not packed then return 0 end
+  activate(S, Z, H, packed, now)
+  return 1
+end
+local function activated(G, n)
+  if n > 0 then redis.call('HINCRBY', G, '\0w', -n) end
+end
+"#;
+
+/// The rest of the helpers the scripts share.
+const REST: &str = r#"-- Before an entry is written again, keep when its message was enqueued.
+local function keep_time(f, entry)
+  if not get_field(f, 't') then set_field(f, 't', string.match(entry, '^(%d+)')) end
+end
 local function del_field(f, name)
   for i = 1, #f, 2 do
     if f[i] == name then table.remove(f, i); table.remove(f, i); return end
   end
 end
--- Ordered groups, in the queue's `groups` hash G and `waiting` set W. G
--- holds the ordering ("\0spec"), a sequence ("\0seq"), the dead letter
--- blocking a group ("\0b" .. group) and, by group, how many of its
--- messages are unsettled (active, waiting, or dead and blocking). Only one
--- message of a group is active (in the stream, delayed or leased) at a
--- time; the others wait, their bodies in `bodies` with their own due time
--- (`w`), their ids in W, ordered by group and sequence.
+-- Ordered groups, in the queue's `groups` hash G and lists named from the
+-- prefix W. G holds the ordering ("\0spec"), how many messages wait
+-- ("\0w"), the dead letter blocking a group ("\0b" .. group) and, by group,
+-- how many of its messages are unsettled (active, waiting, or dead and
+-- blocking). Only one message of a group is active (in the stream, delayed
+-- or leased) at a time; the others wait in order in the list W .. ':' ..
+-- group (a key of the queue's hash slot, as its name starts with W), each
+-- a packed body after its own due time.
 local function enqueue_grouped(S, Z, H, G, W, id, fields, due, now, g)
   if g == '' then enqueue(S, Z, H, id, fields, due, now); return end
   set_field(fields, 'g', g)
   if redis.call('HINCRBY', G, g, 1) == 1 then
     enqueue(S, Z, H, id, fields, due, now)
   else
-    set_field(fields, 'w', tostring(due))
-    redis.call('HSET', H, id, cmsgpack.pack(fields))
-    local seq = redis.call('HINCRBY', G, '\0seq', 1)
-    redis.call('ZADD', W, 0, g .. '\0' .. string.format('%016d', seq) .. '\0' .. id)
+    redis.call('RPUSH', W .. ':' .. g, due .. ' ' .. cmsgpack.pack(fields))
+    redis.call('HINCRBY', G, '\0w', 1)
   end
-end
--- The active message of group g left for good: the oldest waiting one
--- becomes active, unless a dead letter blocks the group.
-local function advance(S, Z, H, G, W, g, now)
-  if redis.call('HINCRBY', G, g, -1) <= 0 then redis.call('HDEL', G, g); return end
-  if redis.call('HEXISTS', G, '\0b' .. g) == 1 then return end
-  local member = redis.call('ZRANGEBYLEX', W, '[' .. g .. '\0', '(' .. g .. '\1', 'LIMIT', 0, 1)[1]
-  if not member then return end
-  redis.call('ZREM', W, member)
-  local id = string.match(member, '%z([^%z]*)$')
-  local packed = redis.call('HGET', H, id)
-  if not packed then return end
-  redis.call('HDEL', H, id)
-  local f = cmsgpack.unpack(packed)
-  local due = tonumber(get_field(f, 'w')) or now
-  del_field(f, 'w')
-  enqueue(S, Z, H, id, f, due, now)
 end
 -- Every blocked group of the queue moves on.
 local function unblock_all(S, Z, H, G, W, now)
   local all = redis.call('HGETALL', G)
+  local n = 0
   for j = 1, #all, 2 do
     if string.sub(all[j], 1, 2) == '\0b' then
       redis.call('HDEL', G, all[j])
-      advance(S, Z, H, G, W, string.sub(all[j], 3), now)
+      n = n + advance(S, Z, H, G, W, string.sub(all[j], 3), now)
     end
   end
+  activated(G, n)
+end
+-- Whether the ordering `spec` keeps a group blocked by a dead letter.
+local function blocks(spec)
+  return string.find(spec, '"block_on_dead":true', 1, true) ~= nil
 end
 -- Queue the message whose six arguments start at ARGV[i]: id, key ("" =
 -- the id), payload, headers ("" = none), delay ms, group ("" = none).
@@ -138,6 +162,9 @@ local function refill(key, per_ms, burst, now)
 end
 "#;
 
+/// Every helper, before each script's own code.
+static PRELUDE: LazyLock<String> = LazyLock::new(|| format!("{BASE}{GROUP_CORE}{REST}"));
+
 /// KEYS: stream, delayed, bodies, groups, waiting, counters, then with a
 /// marker TTL one marker key per message. ARGV: marker TTL ms (0 = no
 /// markers), the queue's ordering the groups were taken with ("" = none),
@@ -148,7 +175,8 @@ end
 /// the groups were taken with: the caller takes them again and retries.
 pub static PUBLISH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{PRELUDE}{}",
+        "{}{}",
+        &*PRELUDE,
         r#"
 local spec = ordering(KEYS[4])
 if spec ~= ARGV[2] then return {-1, spec} end
@@ -180,28 +208,28 @@ return {n}
 /// changed, else 0.
 pub static ORDER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{PRELUDE}{}",
+        "{}{}",
+        &*PRELUDE,
         r#"
 local S, Z, H, G, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 if ordering(G) == ARGV[1] then return 0 end
 local now = server_now()
 if ARGV[1] == '' then
-  for _, member in ipairs(redis.call('ZRANGE', W, 0, -1)) do
-    local id = string.match(member, '%z([^%z]*)$')
-    local packed = redis.call('HGET', H, id)
-    if packed then
-      redis.call('HDEL', H, id)
-      local f = cmsgpack.unpack(packed)
-      local due = tonumber(get_field(f, 'w')) or now
-      del_field(f, 'w')
-      enqueue(S, Z, H, id, f, due, now)
+  local all = redis.call('HGETALL', G)
+  for j = 1, #all, 2 do
+    if string.sub(all[j], 1, 1) ~= '\0' then
+      local list = W .. ':' .. all[j]
+      for _, packed in ipairs(redis.call('LRANGE', list, 0, -1)) do
+        activate(S, Z, H, packed, now)
+      end
+      redis.call('DEL', list)
     end
   end
-  redis.call('DEL', W, G)
+  redis.call('DEL', G)
   return 1
 end
 redis.call('HSET', G, '\0spec', ARGV[1])
-if not string.find(ARGV[1], '"block_on_dead":true', 1, true) then
+if not blocks(ARGV[1]) then
   unblock_all(S, Z, H, G, W, now)
 end
 return 1
@@ -219,7 +247,8 @@ return 1
 /// {entry id, fields, delivery count}...}.
 pub static MAINTAIN: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{PRELUDE}{}",
+        "{}{}",
+        &*PRELUDE,
         r#"
 local group, consumer, lease, max = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = server_now()
@@ -270,7 +299,8 @@ return {claimed[1], out}
 /// Returns the `XREADGROUP` reply, or nil.
 pub static TAKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{PRELUDE}{}",
+        "{}{}",
+        &*PRELUDE,
         r#"
 local group, consumer, want = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local limit, per_ms, burst, spent = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -307,7 +337,8 @@ return reply
 /// grant, not the read, is what must be atomic. Returns the tokens granted.
 pub static TOKENS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{PRELUDE}{}",
+        "{}{}",
+        &*PRELUDE,
         r#"
 local want, per_ms, burst, back = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = server_now()
@@ -327,7 +358,8 @@ return granted
 /// {0} if not, or {-1, the queue's ordering} as `PUBLISH` does.
 pub static FIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{PRELUDE}{}",
+        "{}{}",
+        &*PRELUDE,
         r#"
 local spec = ordering(KEYS[5])
 if #ARGV >= 9 and spec ~= ARGV[3] then return {-1, spec} end
@@ -397,7 +429,8 @@ return out
 /// the ordering says so). Returns the ids of the refused ops.
 pub static SETTLE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{PRELUDE}{}",
+        "{}{}",
+        &*PRELUDE,
         r#"
 local S, Z, H, D, C, O, DI, G, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local group, consumer = ARGV[1], ARGV[2]
@@ -433,8 +466,10 @@ local function owned(entry, count)
   local p = redis.call('XPENDING', S, group, entry, entry, 1)
   return p[1] ~= nil and p[1][2] == consumer and tonumber(p[1][4]) == tonumber(count)
 end
+local spec = nil
+local moved_on = 0
 local function hand_on(g)
-  if g ~= '' then advance(S, Z, H, G, W, g, now) end
+  if g ~= '' then moved_on = moved_on + advance(S, Z, H, G, W, g, now) end
 end
 local lost = {}
 local i = 3
@@ -516,7 +551,8 @@ while i <= #ARGV do
         set_field(f, kv[1], kv[2])
       end
       redis.call('HSET', DI, id, redis.call('XADD', D, '*', unpack(f)))
-      if g ~= '' and string.find(ordering(G), '"block_on_dead":true', 1, true) then
+      spec = spec or ordering(G)
+      if g ~= '' and blocks(spec) then
         redis.call('HSET', G, '\0b' .. g, id)
       else
         hand_on(g)
@@ -536,6 +572,7 @@ for from = 1, #removed_list, 1000 do
   redis.call('XACK', S, group, unpack(removed_list, from, to))
   redis.call('XDEL', S, unpack(removed_list, from, to))
 end
+activated(G, moved_on)
 counts.lost = #lost
 for name, n in pairs(counts) do
   if n > 0 then redis.call('HINCRBY', C, name, n) end
@@ -545,7 +582,27 @@ return lost
     ))
 });
 
-/// KEYS: stream, delayed, bodies, dead, counters, outbox, waiting. ARGV:
+/// KEYS: stream, delayed, bodies, groups. ARGV: the prefix of the waiting
+/// lists, then the group of each message of an ordered group that a plain
+/// ack (see `settle_plain`) removed. Each group moves on, as in `SETTLE`.
+/// Sent whole (`EVAL`) inside the ack's `MULTI`, so that both happen or
+/// neither even on a server that lost its script cache.
+pub static ADVANCE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{BASE}{GROUP_CORE}{}",
+        r#"
+local now = server_now()
+local n = 0
+for i = 2, #ARGV do
+  n = n + advance(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[i], now)
+end
+activated(KEYS[4], n)
+return n
+"#
+    )
+});
+
+/// KEYS: stream, delayed, bodies, dead, counters, outbox, groups. ARGV:
 /// group. Returns {ready + in flight, in flight, delayed, dead, in outbox,
 /// counters, waiting in ordered groups}.
 pub static STATS: LazyLock<Script> = LazyLock::new(|| {
@@ -556,7 +613,7 @@ local ok, summary = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1])
 if ok and summary[1] then pending = tonumber(summary[1]) end
 return {redis.call('XLEN', KEYS[1]), pending, redis.call('ZCARD', KEYS[2]),
         redis.call('XLEN', KEYS[4]), redis.call('XLEN', KEYS[6]), redis.call('HGETALL', KEYS[5]),
-        redis.call('ZCARD', KEYS[7])}
+        tonumber(redis.call('HGET', KEYS[7], '\0w') or '0')}
 "#,
     )
 });
@@ -574,7 +631,8 @@ return {redis.call('XLEN', KEYS[1]), pending, redis.call('ZCARD', KEYS[2]),
 /// no one call holds Redis for a long dead-letter stream.
 pub static REPLAY: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{PRELUDE}{}",
+        "{}{}",
+        &*PRELUDE,
         r#"
 local scan, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 local max_redrives, redrive = tonumber(ARGV[5]), ARGV[6] == '1'
@@ -621,7 +679,8 @@ return {moved, last}
 /// returns how many.
 pub static PURGE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{PRELUDE}{}",
+        "{}{}",
+        &*PRELUDE,
         r#"
 local n = redis.call('XLEN', KEYS[1])
 redis.call('DEL', KEYS[1], KEYS[2])

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice::broker::{Broker, Flow, GroupSource, OrderedGroups, ReplaySelector, Settlement};
+use sluice::broker::{
+    Broker, ClaimState, Flow, GroupSource, KeyClaim, OrderedGroups, ReplaySelector, Settlement,
+};
 use sluice::message::{Delivery, NewMessage};
 
 use super::{LEASE, msg, stats_until};
@@ -218,7 +220,49 @@ pub async fn held_publishes_join_their_group_and_dropping_the_ordering_frees_it(
     assert_eq!(b.queue_stats("q").await.unwrap().ungrouped, 0);
 }
 
+/// Acks with idempotency keys (which Redis applies without its settle
+/// script) move groups on too, a duplicate's as well as a done's.
+pub async fn keyed_acks_move_their_groups_on(b: Arc<dyn Broker>) {
+    order(&*b, "q", false).await;
+    b.publish(
+        ["a1", "a2", "a3"]
+            .iter()
+            .map(|p| member("q", "a", p))
+            .collect(),
+    )
+    .await
+    .unwrap();
+    let mut d = take(&*b, "q").await.pop().unwrap();
+    for (next, key) in [("a2", "k1"), ("a3", "k1")] {
+        let claim = KeyClaim {
+            key: key.into(),
+            holder: d.receipt.clone(),
+        };
+        let state = b.claim("q", &[claim], LEASE).await.unwrap();
+        let s = if state == [ClaimState::AlreadyDone] {
+            Settlement::Duplicate { delivery: d }
+        } else {
+            Settlement::Done {
+                delivery: d,
+                key: Some((key.into(), Duration::from_secs(60))),
+                publishes: vec![],
+            }
+        };
+        settle(&*b, s).await;
+        let got = take(&*b, "q").await;
+        assert_eq!(payloads(&got), [next]);
+        d = got.into_iter().next().unwrap();
+    }
+    let s = b.queue_stats("q").await.unwrap();
+    assert_eq!(
+        (s.done, s.duplicates, s.delayed, s.in_flight),
+        (1, 1, 0, 1),
+        "{s:?}"
+    );
+}
+
 on_every_backend!(broker:
+    keyed_acks_move_their_groups_on,
     a_group_is_leased_one_message_at_a_time_in_order,
     a_dead_message_moves_its_group_on_or_blocks_it,
     held_publishes_join_their_group_and_dropping_the_ordering_frees_it,
