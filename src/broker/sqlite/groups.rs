@@ -26,8 +26,11 @@ CREATE TABLE IF NOT EXISTS blocked (
 ";
 
 /// Made once the file has the `grp` column (an upgraded file gets it after
-/// the roles' schemas ran).
-pub(super) const INDEX: &str = "CREATE INDEX IF NOT EXISTS messages_group ON messages (queue, grp, seq) WHERE grp IS NOT NULL;";
+/// the roles' schemas ran). By `visible_at` within a group: whether a group
+/// has an active message is a seek (`visible_at < WAITING`), and its
+/// oldest waiting one is the first of `visible_at = WAITING` by `seq`.
+pub(super) const INDEX: &str = "CREATE INDEX IF NOT EXISTS messages_group
+    ON messages (queue, grp, visible_at, seq) WHERE grp IS NOT NULL;";
 
 /// `visible_at` of a waiting message.
 pub(super) const WAITING: i64 = i64::MAX;
@@ -99,7 +102,7 @@ pub(super) fn must_wait(conn: &Connection, queue: &str, grp: &str) -> Result<boo
 pub(super) fn advance(conn: &Connection, queue: &str, grp: &str, now: i64) -> Result<()> {
     let held: bool = conn
         .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM messages WHERE queue = ?1 AND grp = ?2 AND visible_at != ?3)
+            "SELECT EXISTS (SELECT 1 FROM messages WHERE queue = ?1 AND grp = ?2 AND visible_at < ?3)
                  OR EXISTS (SELECT 1 FROM blocked WHERE queue = ?1 AND grp = ?2)",
         )
         .and_then(|mut s| s.query_row(params![queue, grp, WAITING], |r| r.get(0)))
