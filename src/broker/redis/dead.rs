@@ -61,14 +61,8 @@ impl DeadLetters for RedisBroker {
                 None => 0,
             };
             let mut script = scripts::REPLAY.prepare_invoke();
-            script
-                .key(&keys.dead)
-                .key(&keys.stream)
-                .key(&keys.dead_index)
-                .key(&keys.delayed)
-                .key(&keys.bodies)
-                .key(&keys.groups)
-                .key(&keys.waiting)
+            script.key(&keys.dead).key(&keys.dead_index);
+            keys.enqueue_keys(&mut script)
                 .arg(&after)
                 .arg(&until)
                 .arg(REPLAY_SCAN)
@@ -92,14 +86,9 @@ impl DeadLetters for RedisBroker {
     async fn purge(&self, queue: &str) -> Result<u64> {
         let mut conn = self.conn.clone();
         let keys = QueueKeys::new(queue);
-        scripts::PURGE
-            .key(&keys.dead)
-            .key(&keys.dead_index)
-            .key(&keys.stream)
-            .key(&keys.delayed)
-            .key(&keys.bodies)
-            .key(&keys.groups)
-            .key(&keys.waiting)
+        let mut script = scripts::PURGE.prepare_invoke();
+        script.key(&keys.dead).key(&keys.dead_index);
+        keys.enqueue_keys(&mut script)
             .invoke_async(&mut conn)
             .await
             .map_err(classify)

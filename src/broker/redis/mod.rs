@@ -96,15 +96,24 @@ struct QueueKeys {
 }
 
 impl QueueKeys {
-    /// The keys `PUBLISH` takes before its markers.
-    fn publish_keys(&self, script: &mut redis::ScriptInvocation<'_>) {
+    /// The keys of every place a message is queued in: stream, delayed,
+    /// bodies, groups and waiting, in this order in every script that
+    /// queues one.
+    fn enqueue_keys<'a, 'b>(
+        &self,
+        script: &'a mut redis::ScriptInvocation<'b>,
+    ) -> &'a mut redis::ScriptInvocation<'b> {
         script
             .key(&self.stream)
             .key(&self.delayed)
             .key(&self.bodies)
             .key(&self.groups)
             .key(&self.waiting)
-            .key(&self.counters);
+    }
+
+    /// The keys `PUBLISH` takes before its markers.
+    fn publish_keys(&self, script: &mut redis::ScriptInvocation<'_>) {
+        self.enqueue_keys(script).key(&self.counters);
     }
 
     fn new(queue: &str) -> Self {

@@ -132,12 +132,8 @@ impl Queue for RedisBroker {
     async fn set_ordering(&self, queue: &str, ordering: Option<&OrderedGroups>) -> Result<()> {
         let spec = ordering.map(OrderedGroups::encode).unwrap_or_default();
         let keys = QueueKeys::new(queue);
-        scripts::ORDER
-            .key(&keys.stream)
-            .key(&keys.delayed)
-            .key(&keys.bodies)
-            .key(&keys.groups)
-            .key(&keys.waiting)
+        let mut script = scripts::ORDER.prepare_invoke();
+        keys.enqueue_keys(&mut script)
             .arg(&spec)
             .invoke_async::<i64>(&mut self.conn.clone())
             .await

@@ -24,13 +24,8 @@ impl Schedules for RedisBroker {
             &tick.queue,
             |spec, ordering| {
                 let mut script = scripts::FIRE.prepare_invoke();
-                script
-                    .key(&keys.stream)
-                    .key(&keys.delayed)
-                    .key(&keys.bodies)
+                keys.enqueue_keys(&mut script)
                     .key(&keys.schedules)
-                    .key(&keys.groups)
-                    .key(&keys.waiting)
                     .arg(&tick.schedule)
                     .arg(tick.at_ms)
                     .arg(spec);

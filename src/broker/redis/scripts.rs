@@ -350,7 +350,7 @@ return granted
     ))
 });
 
-/// KEYS: stream, delayed, bodies, schedules, groups, waiting. ARGV:
+/// KEYS: stream, delayed, bodies, groups, waiting, schedules. ARGV:
 /// schedule, tick ms, the queue's ordering the group was taken with, then,
 /// to publish, the message's six as in `PUBLISH`. Fires the tick unless the
 /// schedule's last tick (a field of `schedules`) is at or after it: records
@@ -361,14 +361,14 @@ pub static FIRE: LazyLock<Script> = LazyLock::new(|| {
         "{}{}",
         &*PRELUDE,
         r#"
-local spec = ordering(KEYS[5])
+local spec = ordering(KEYS[4])
 if #ARGV >= 9 and spec ~= ARGV[3] then return {-1, spec} end
 local tick = tonumber(ARGV[2])
-local last = redis.call('HGET', KEYS[4], ARGV[1])
+local last = redis.call('HGET', KEYS[6], ARGV[1])
 if last and tonumber(last) >= tick then return {0} end
-redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[6], ARGV[1], ARGV[2])
 if #ARGV >= 9 then
-  enqueue_message(KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6], 4, server_now())
+  enqueue_message(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], 4, server_now())
 end
 return {1}
 "#
@@ -618,7 +618,7 @@ return {redis.call('XLEN', KEYS[1]), pending, redis.call('ZCARD', KEYS[2]),
     )
 });
 
-/// KEYS: dead, stream, dead index, delayed, bodies, groups, waiting. ARGV: after (an exclusive start like `(1-0`, or
+/// KEYS: dead, dead index, stream, delayed, bodies, groups, waiting. ARGV: after (an exclusive start like `(1-0`, or
 /// `-`), until (the last death time in ms, or `+`), scan (entries to look
 /// at, at most), limit (most to move; 0 = no limit), max redrives (-1 = any),
 /// redrive (1 = count one more redrive), then the ids to take (any when
@@ -659,12 +659,12 @@ for _, e in ipairs(entries) do
     if g ~= '' and redis.call('HGET', KEYS[6], '\0b' .. g) == id then
       redis.call('HDEL', KEYS[6], '\0b' .. g)
       set_field(back, 'g', g)
-      redis.call('XADD', KEYS[2], '*', unpack(back))
+      redis.call('XADD', KEYS[3], '*', unpack(back))
     else
-      enqueue_grouped(KEYS[2], KEYS[4], KEYS[5], KEYS[6], KEYS[7], id, back, now, now, g)
+      enqueue_grouped(KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], id, back, now, now, g)
     end
     redis.call('XDEL', KEYS[1], e[1])
-    redis.call('HDEL', KEYS[3], id)
+    redis.call('HDEL', KEYS[2], id)
     moved = moved + 1
   end
 end
