@@ -44,6 +44,9 @@ pub struct DeadLetter {
     pub reason: String,
     pub last_error: Option<String>,
     pub handler_version: Option<String>,
+    /// The ordered group the message was in, if any (`[ordering]`).
+    #[serde(default)]
+    pub group: Option<String>,
 }
 
 /// Which dead letters a replay takes: those that pass every filter that is

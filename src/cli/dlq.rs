@@ -151,6 +151,9 @@ fn print_dead_letter(d: &DeadLetter) {
     println!("reason:    {}", d.reason);
     println!("error:     {}", d.last_error.as_deref().unwrap_or("-"));
     println!("version:   {}", d.handler_version.as_deref().unwrap_or("-"));
+    if let Some(group) = &d.group {
+        println!("group:     {group}");
+    }
     for (k, v) in &d.headers {
         println!("header:    {k}={v}");
     }

@@ -126,6 +126,7 @@ impl Entry {
             reason: self.reason.unwrap_or_default(),
             last_error: self.last_error,
             handler_version: self.version,
+            group: self.group,
         }
     }
 }

@@ -30,7 +30,7 @@ CREATE TABLE IF NOT EXISTS dead (
 CREATE INDEX IF NOT EXISTS dead_queue ON dead (queue, seq);
 ";
 
-const COLUMNS: &str = "id, queue, key, payload, headers, attempts, enqueued_at, died_at, reason, last_error, handler_version, redrives";
+const COLUMNS: &str = "id, queue, key, payload, headers, attempts, enqueued_at, died_at, reason, last_error, handler_version, redrives, grp";
 
 #[async_trait]
 impl DeadLetters for SqliteBroker {
@@ -138,6 +138,7 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeadLetter> {
         last_error: r.get(9)?,
         handler_version: r.get(10)?,
         redrives: r.get(11)?,
+        group: r.get(12)?,
     })
 }
 

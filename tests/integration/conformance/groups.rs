@@ -158,6 +158,12 @@ pub async fn a_dead_message_moves_its_group_on_or_blocks_it(b: Arc<dyn Broker>) 
         .unwrap();
     let c1 = take(&*b, "block").await.pop().unwrap();
     settle(&*b, dead(c1)).await;
+    let dead_letters = b.dead_letters("block", 10).await.unwrap();
+    assert_eq!(
+        dead_letters[0].group.as_deref(),
+        Some("c"),
+        "it keeps its group"
+    );
     assert!(take(&*b, "block").await.is_empty(), "c2 waits for dead c1");
     // A message published now joins the blocked group.
     b.publish(vec![member("block", "c", "c3")]).await.unwrap();
