@@ -6,8 +6,8 @@
 //! (statuses and topic bindings every [`STATUS_EVERY`]), [`follow_loop`]
 //! (the directory watcher), [`wait_idle`] (`--until-idle`),
 //! [`redrive::run`] (scheduled redrive), [`ticker::run`] (cron schedules)
-//! and [`PauseBoard::follow`] (which queues are paused). The first of them to end, or the shutdown future,
-//! stops the host. The admin endpoint, when on, serves beside them until
+//! and [`PauseBoard::follow`] (which queues are paused). The first of them
+//! to end, or the shutdown future, stops the host. The admin endpoint, when on, serves beside them until
 //! the workers have stopped.
 
 use std::future::Future;

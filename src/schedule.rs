@@ -39,6 +39,17 @@ pub enum CatchUp {
     All,
 }
 
+impl CatchUp {
+    /// The name a sidecar gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            CatchUp::None => "none",
+            CatchUp::One => "one",
+            CatchUp::All => "all",
+        }
+    }
+}
+
 /// How late a tick may fire and still publish under `catch_up = "none"`.
 pub const ON_TIME_MS: u64 = 60_000;
 /// The most ticks one pass fires under `catch_up = "all"`; the rest follow
@@ -186,7 +197,7 @@ impl Schedule {
             name: self.name.clone(),
             cron: self.cron_text.clone(),
             timezone: self.timezone.name().to_string(),
-            catch_up: format!("{:?}", self.catch_up).to_lowercase(),
+            catch_up: self.catch_up.name().to_string(),
         }
     }
 }

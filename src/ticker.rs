@@ -31,16 +31,14 @@ pub async fn run(broker: Arc<dyn Schedules>, registry: Arc<Registry>, clock: Arc
         clock.sleep(WAKE_EVERY).await;
         let now = clock.now_ms();
         let schedules = registry.schedules().await;
-        next.retain(|(q, name), (s, _)| {
-            schedules
-                .iter()
-                .any(|(q2, s2)| q2 == q && s2 == s && s2.name == *name)
-        });
+        // A schedule gone or changed is forgotten (equal schedules have
+        // equal names).
+        next.retain(|(q, _), (s, _)| schedules.iter().any(|(q2, s2)| q2 == q && s2 == s));
         let due: Vec<(String, Schedule)> = schedules
             .into_iter()
             .filter(|(q, s)| {
                 next.get(&(q.clone(), s.name.clone()))
-                    .is_none_or(|(seen, at)| seen != s || *at <= now)
+                    .is_none_or(|(_, at)| *at <= now)
             })
             .collect();
         if due.is_empty() {

@@ -24,15 +24,15 @@ pub struct StatsArgs {
 pub async fn stats(ctx: &Context, args: StatsArgs) -> Result<()> {
     let broker = ctx.broker().await?;
     let all = broker.stats().await?;
-    let handlers = fresh_statuses(&*broker, now_ms()).await?;
-    let schedules = schedule::overview(&*broker, &handlers, now_ms()).await?;
+    let now = now_ms();
+    let handlers = fresh_statuses(&*broker, now).await?;
     if ctx.json {
         if args.handlers {
             for h in &handlers {
                 super::print_json(h)?;
             }
         } else if args.schedules {
-            for s in &schedules {
+            for s in &schedule::overview(&*broker, &handlers, now).await? {
                 super::print_json(s)?;
             }
         } else {
@@ -78,7 +78,7 @@ pub async fn stats(ctx: &Context, args: StatsArgs) -> Result<()> {
             );
         }
     }
-    print_schedules(&schedules);
+    print_schedules(&schedule::overview(&*broker, &handlers, now).await?);
     Ok(())
 }
 

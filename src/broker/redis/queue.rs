@@ -218,9 +218,10 @@ impl RedisBroker {
 
     /// Settle acks that need no check inside Redis (see [`is_plain`]): one
     /// `MULTI`/`EXEC` records the keys, acks and deletes the entries, moves
-    /// their ordered groups on (`ADVANCE`) and counts them. A key that turns out to be done already (another
-    /// message with the key completed) was counted as done; a second step
-    /// moves those counts to `duplicates`.
+    /// their ordered groups on (`ADVANCE`) and counts them. A key that
+    /// turns out to be done already (another message with the key
+    /// completed) was counted as done; a second step moves those counts to
+    /// `duplicates`.
     async fn settle_plain(&self, queue: &str, plain: &[&Settlement]) -> Result<()> {
         let keys = QueueKeys::new(queue);
         let mut pipe = redis::pipe();
@@ -351,7 +352,8 @@ impl RedisBroker {
 
 /// Append one settlement's arguments to the `SETTLE` script: its kind,
 /// entry, delivery count, key index (`kidx`, 0 for none), id, attempt and
-/// ordered group, then what its kind needs. True when it holds publishes for the outbox.
+/// ordered group, then what its kind needs. True when it holds publishes
+/// for the outbox.
 fn settle_args(script: &mut redis::ScriptInvocation<'_>, s: &Settlement, kidx: usize) -> bool {
     let d = s.delivery();
     let (entry, count) = codec::parse_receipt(&d.receipt);

@@ -163,15 +163,11 @@ fn replay(conn: &Connection, queue: &str, sel: &ReplaySelector) -> Result<u64> {
         .map_err(classify)?;
     let now = now_ms() as i64;
     for (seq, id, grp) in &picked {
-        let now_due = match grp {
-            Some(grp) => groups::replayed(conn, queue, grp, id)?,
-            None => true,
+        let waits = match grp {
+            Some(grp) => !groups::replayed(conn, queue, grp, id)?,
+            None => false,
         };
-        let (visible_at, held_due) = if now_due {
-            (now, None)
-        } else {
-            (groups::WAITING, Some(now))
-        };
+        let (visible_at, held_due) = groups::placement(waits, now);
         back.execute(params![seq, visible_at, i64::from(sel.redrive), held_due])
             .map_err(classify)?;
         delete.execute([seq]).map_err(classify)?;

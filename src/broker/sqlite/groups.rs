@@ -35,6 +35,16 @@ pub(super) const INDEX: &str = "CREATE INDEX IF NOT EXISTS messages_group
 /// `visible_at` of a waiting message.
 pub(super) const WAITING: i64 = i64::MAX;
 
+/// A new row's `visible_at` and `held_due`: due at `due`, or waiting with
+/// `due` kept for when its turn comes.
+pub(super) fn placement(waits: bool, due: i64) -> (i64, Option<i64>) {
+    if waits {
+        (WAITING, Some(due))
+    } else {
+        (due, None)
+    }
+}
+
 /// The ordering of `queue`, if it has one.
 pub(super) fn ordering_of(conn: &Connection, queue: &str) -> Result<Option<OrderedGroups>> {
     let spec: Option<String> = conn

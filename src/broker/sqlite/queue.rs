@@ -143,11 +143,7 @@ pub(super) fn insert_messages(
             Some(g) => groups::must_wait(conn, &m.queue, g)?,
             None => false,
         };
-        let (visible_at, held_due) = if waits {
-            (groups::WAITING, Some(due))
-        } else {
-            (due, None)
-        };
+        let (visible_at, held_due) = groups::placement(waits, due);
         stmt.execute(params![
             id,
             m.queue,
