@@ -255,19 +255,7 @@ impl RedisBroker {
             .arg(&entries)
             .ignore();
         pipe.cmd("XDEL").arg(&keys.stream).arg(&entries).ignore();
-        if !groups.is_empty() {
-            // Their groups move on in the same transaction.
-            pipe.cmd("EVAL")
-                .arg(&*scripts::ADVANCE)
-                .arg(4)
-                .arg(&keys.stream)
-                .arg(&keys.delayed)
-                .arg(&keys.bodies)
-                .arg(&keys.groups)
-                .arg(&keys.waiting)
-                .arg(&groups)
-                .ignore();
-        }
+        advance_groups(&mut pipe, &keys, &groups);
         for (name, n) in [("done", done), ("duplicates", duplicates)] {
             if n > 0 {
                 pipe.cmd("HINCRBY")
@@ -348,6 +336,24 @@ impl RedisBroker {
         }
         Ok(())
     }
+}
+
+/// Add to an ack's transaction that the ordered `groups` of its messages
+/// move on (`ADVANCE`); nothing when there are none.
+fn advance_groups(pipe: &mut redis::Pipeline, keys: &QueueKeys, groups: &[&str]) {
+    if groups.is_empty() {
+        return;
+    }
+    pipe.cmd("EVAL")
+        .arg(&*scripts::ADVANCE)
+        .arg(4)
+        .arg(&keys.stream)
+        .arg(&keys.delayed)
+        .arg(&keys.bodies)
+        .arg(&keys.groups)
+        .arg(&keys.waiting)
+        .arg(groups)
+        .ignore();
 }
 
 /// Append one settlement's arguments to the `SETTLE` script: its kind,
