@@ -5,7 +5,8 @@
 //!   --redis-messages N messages per Redis drain (default 200000)
 //!   --calls N         calls per invocation benchmark (default 20000)
 //!   --lang L          the guest language of the invocation benchmark (default rust)
-//!   --only NAME       run one section: invoke | trace | drain | languages | redis | reload | restart
+//!   --only NAME       run one section: invoke | trace | drain | languages | batch | redis |
+//!                     reload | restart
 //!   --rounds N        rounds of the metrics-cost drains (default 1): reuse
 //!                     with metrics off, on, and scraped, in rotating order
 //!                     each round; the medians of the per-round ratios
@@ -26,7 +27,7 @@ use sluice::message::{DEFAULT_MAX_MESSAGE_SIZE, Delivery, NewMessage};
 use sluice::metrics::Metrics;
 use sluice::pause::Paused;
 use sluice::policy::Outcome;
-use sluice::runtime::{Handler, Invocation, Runtime};
+use sluice::runtime::{Deadline, Handler, Invocation, Runtime};
 use sluice::worker::{Dispatch, Observe, QueueWorker};
 use tokio::sync::watch;
 
@@ -119,6 +120,11 @@ fn load_in(runtime: &Runtime, lang: &str, name: &str, mode: InstanceMode) -> Han
     handler
 }
 
+/// A call's deadline for `handler`, made as the worker makes it.
+fn deadline(handler: &Handler) -> Deadline {
+    Deadline::new(handler.spec.timeout, handler.spec.max_extend)
+}
+
 fn delivery(i: usize) -> Delivery {
     Delivery {
         id: format!("{i:032x}"),
@@ -132,6 +138,7 @@ fn delivery(i: usize) -> Delivery {
         receipt: String::new(),
         lease_until_ms: u64::MAX,
         group: None,
+        snoozes: 0,
     }
 }
 
@@ -156,13 +163,13 @@ async fn invoke_costs(
         let handler = load_in(runtime, lang, name, mode);
         let d = delivery(0);
         for _ in 0..calls / 10 {
-            let r = handler.invoke(&d).await;
+            let r = handler.invoke(&d, &deadline(&handler)).await;
             assert_eq!(r.result, Ok(Outcome::Done));
         }
         let mut times = Vec::with_capacity(calls);
         for _ in 0..calls {
             let start = Instant::now();
-            let r = handler.invoke(&d).await;
+            let r = handler.invoke(&d, &deadline(&handler)).await;
             times.push(start.elapsed());
             assert_eq!(r.result, Ok(Outcome::Done));
         }
@@ -230,6 +237,43 @@ async fn bench_languages(runtime: &Runtime, messages: usize) {
     }
 }
 
+/// Messages one call of a batch handler takes in the `batch` section.
+const BATCH_SIZE: usize = 64;
+
+/// The batch world against single calls: SQLite drains of the Python and
+/// JavaScript `hello` in fresh mode, one message a call, then of their
+/// `hello_batch` with `batch_size = 64`, on the same settings otherwise.
+async fn bench_batches(runtime: &Runtime, messages: usize) {
+    for lang in ["python", "js"] {
+        let mut rates = Vec::new();
+        for (name, size) in [("hello", 1), ("hello_batch", BATCH_SIZE)] {
+            let mut handler = load_in(runtime, lang, name, InstanceMode::Fresh);
+            handler.spec.queue = "hello".into();
+            handler.spec.prefetch = 4 * BATCH_SIZE;
+            handler.spec.batch.size = size;
+            let spec = handler.spec.clone();
+            let dir = tempfile::tempdir().unwrap();
+            let broker: Arc<dyn Broker> =
+                Arc::new(SqliteBroker::open(dir.path().join("bench.db")).unwrap());
+            let label = format!("sqlite {lang} {name} fresh");
+            let drained = drain(
+                &label,
+                broker,
+                Arc::new(handler),
+                spec,
+                messages,
+                Observed::Off,
+            )
+            .await;
+            rates.push(drained.rate);
+        }
+        println!(
+            "batch   {lang}: batch_size {BATCH_SIZE} drains {:.1} × the single-call rate (fresh; target ≥ 5 ×)",
+            rates[1] / rates[0]
+        );
+    }
+}
+
 /// How many ordered groups the `grouped` drains spread their messages over.
 const GROUPS: usize = 1000;
 
@@ -238,7 +282,7 @@ struct NativeNoop;
 
 #[async_trait]
 impl Dispatch for NativeNoop {
-    async fn invoke(&self, _: &Delivery) -> Invocation {
+    async fn invoke(&self, _: &Delivery, _: &Deadline) -> Invocation {
         Invocation::ended(Ok(Outcome::Done), Vec::new())
     }
 
@@ -867,7 +911,7 @@ async fn bench_restart(lang: &str, name: &str) {
             DEFAULT_MAX_MESSAGE_SIZE,
         )
         .unwrap();
-        let r = handler.invoke(&delivery(0)).await;
+        let r = handler.invoke(&delivery(0), &deadline(&handler)).await;
         let elapsed = start.elapsed();
         assert!(r.result.is_ok(), "{name}: {:?}", r.result);
         times.push(elapsed);
@@ -918,6 +962,9 @@ fn main() {
         }
         if run("languages") {
             bench_languages(&runtime, 20_000).await;
+        }
+        if run("batch") {
+            bench_batches(&runtime, 5_000).await;
         }
         if run("restart") {
             // The largest guest in guests/ (Python orders), and the Rust ones.

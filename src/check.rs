@@ -4,12 +4,10 @@
 use wasmtime::component::Component;
 
 use crate::error::one_line;
-use crate::host::HostState;
-use crate::runtime::Runtime;
-use crate::wit::HandlerPre;
+use crate::runtime::{Pre, Runtime};
 
-/// The world a handler must implement.
-pub const WORLD: &str = "sluice:handler/handler@0.1.0";
+/// The worlds a handler may implement, in the words of the errors.
+pub const WORLDS: &str = "sluice:handler/handler@0.2.0 (export `handle: func(message) -> outcome`), sluice:handler/batch-handler@0.2.0 (export `handle-batch: func(list<message>) -> list<outcome>`) or sluice:handler/handler@0.1.0";
 
 /// Why a file is not a component sluice can serve. The text says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -26,15 +24,14 @@ pub enum CheckError {
     Compile(String),
     #[error("it imports something sluice does not provide: {0}")]
     Imports(String),
-    #[error(
-        "it does not implement the {WORLD} world (export `handle: func(message) -> outcome`): {0}"
-    )]
+    #[error("it does not implement a sluice world, {WORLDS}: {0}")]
     Exports(String),
 }
 
 /// What `sluice check` prints about a valid component.
 #[derive(Debug, serde::Serialize)]
 pub struct Report {
+    /// The world it implements, e.g. `sluice:handler/handler@0.2.0`.
     pub world: &'static str,
     pub size: u64,
     pub imports: Vec<String>,
@@ -99,21 +96,18 @@ pub fn compile(runtime: &Runtime, bytes: &[u8]) -> Result<Component, CheckError>
         .map_err(|e| CheckError::Compile(one_line(&e)))
 }
 
-pub fn prepare_component(
-    runtime: &Runtime,
-    component: &Component,
-) -> Result<HandlerPre<HostState>, CheckError> {
+pub fn prepare_component(runtime: &Runtime, component: &Component) -> Result<Pre, CheckError> {
     let pre = runtime
         .linker()
         .instantiate_pre(component)
         .map_err(|e| CheckError::Imports(one_line(&e)))?;
-    HandlerPre::new(pre).map_err(|e| CheckError::Exports(one_line(&e)))
+    Pre::new(component, pre).map_err(|e| CheckError::Exports(one_line(&e)))
 }
 
 /// Validate and describe a component.
 pub fn check(runtime: &Runtime, bytes: &[u8]) -> Result<Report, CheckError> {
     let component = compile(runtime, bytes)?;
-    prepare_component(runtime, &component)?;
+    let world = prepare_component(runtime, &component)?.world();
     let ty = component.component_type();
     let engine = runtime.engine();
     let imports: Vec<String> = ty
@@ -130,7 +124,7 @@ pub fn check(runtime: &Runtime, bytes: &[u8]) -> Result<Report, CheckError> {
         })
         .collect();
     Ok(Report {
-        world: WORLD,
+        world: world.name(),
         size: bytes.len() as u64,
         imports,
         exports: ty

@@ -148,6 +148,8 @@ struct RawHandler {
     max_in_flight: Option<u32>,
     rate: Option<String>,
     lease: Option<Dur>,
+    batch_size: Option<usize>,
+    batch_wait: Option<Dur>,
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
@@ -172,6 +174,7 @@ struct RawLimits {
     memory: Option<Size>,
     call_budget: Option<Size>,
     log_rate: Option<u32>,
+    max_extend: Option<Dur>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -184,6 +187,7 @@ struct RawRetry {
     jitter: Option<bool>,
     delays: Option<Vec<Dur>>,
     max_guest_delay: Option<Dur>,
+    max_snoozes: Option<u32>,
     on_dead: Option<String>,
     redrive_every: Option<Dur>,
     max_redrives: Option<u32>,
@@ -238,6 +242,12 @@ pub struct HandlerSpec {
     /// How long a delivery stays invisible to other consumers.
     pub lease: Duration,
     pub timeout: Duration,
+    /// How much longer than `timeout` a call may run in all by asking for
+    /// more time (`limits.max_extend`).
+    pub max_extend: Duration,
+    /// How a batch handler's calls gather messages (`batch_size`,
+    /// `batch_wait`); unused by a handler of the single-message world.
+    pub batch: Batch,
     /// All of one instance's memories together.
     pub memory: u64,
     /// Bytes one call may hand the host: held publishes and log lines.
@@ -266,6 +276,18 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 pub const DEFAULT_CALL_BUDGET: u64 = 8 << 20;
 pub const DEFAULT_LOG_RATE: u32 = 10_000;
+pub const DEFAULT_MAX_EXTEND: Duration = Duration::from_secs(300);
+pub const DEFAULT_BATCH_SIZE: usize = 16;
+
+/// How a batch handler's calls gather messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Batch {
+    /// Most messages one call takes.
+    pub size: usize,
+    /// How long a call waits for a batch to fill once it has its first
+    /// message; zero takes what is there.
+    pub wait: Duration,
+}
 
 impl HandlerSpec {
     /// The spec for handler `name` with no sidecar.
@@ -294,9 +316,29 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         raw.concurrency.unwrap_or(16),
         bounds::CONCURRENCY,
     )?;
+    let batch_size = raw
+        .batch_size
+        .map(|n| bounds::check("batch_size", n, bounds::BATCH_SIZE))
+        .transpose()?;
     let prefetch = match raw.prefetch {
         Some(n) => bounds::check("prefetch", n, bounds::PREFETCH)?.max(concurrency),
-        None => concurrency * 4,
+        // A batch size set in the sidecar can fill from the prefetch.
+        None => (concurrency * 4).max(batch_size.unwrap_or(0)),
+    };
+    let batch = Batch {
+        size: match batch_size {
+            Some(n) if n > prefetch => bail!(
+                "field `batch_size` ({n}) is more than `prefetch` ({prefetch}): a batch holds only messages already prefetched; raise `prefetch` or lower `batch_size`"
+            ),
+            Some(n) => n,
+            // The default never asks for more than is prefetched.
+            None => DEFAULT_BATCH_SIZE.min(prefetch),
+        },
+        wait: bounds::check_duration(
+            "batch_wait",
+            raw.batch_wait.map_or(Duration::ZERO, |d| d.0),
+            bounds::BATCH_WAIT,
+        )?,
     };
     let flow = resolve_flow(raw.max_in_flight, raw.rate.as_deref())?;
     let lease = bounds::check_duration(
@@ -333,6 +375,8 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         ordering: ordering::resolve(raw.ordering)?,
         lease,
         timeout: limits.timeout,
+        max_extend: limits.max_extend,
+        batch,
         memory: limits.memory,
         call_budget: limits.call_budget,
         log_rate: limits.log_rate,
@@ -372,6 +416,7 @@ struct Limits {
     memory: u64,
     call_budget: u64,
     log_rate: u32,
+    max_extend: Duration,
 }
 
 fn resolve_limits(raw: &RawLimits, lease: Duration) -> Result<Limits> {
@@ -404,6 +449,11 @@ fn resolve_limits(raw: &RawLimits, lease: Duration) -> Result<Limits> {
             "limits.log_rate",
             raw.log_rate.unwrap_or(DEFAULT_LOG_RATE),
             bounds::LOG_RATE,
+        )?,
+        max_extend: bounds::check_duration(
+            "limits.max_extend",
+            raw.max_extend.map_or(DEFAULT_MAX_EXTEND, |d| d.0),
+            bounds::MAX_EXTEND,
         )?,
     })
 }
@@ -447,6 +497,11 @@ fn resolve_retry(raw: RawRetry) -> Result<RetryPolicy> {
             "retry.max_guest_delay",
             raw.max_guest_delay,
             defaults.max_guest_delay,
+        )?,
+        max_snoozes: bounds::check(
+            "retry.max_snoozes",
+            raw.max_snoozes.unwrap_or(defaults.max_snoozes),
+            bounds::MAX_SNOOZES,
         )?,
     })
 }

@@ -20,7 +20,7 @@
 //! * [`publish`] — publish errors and a topic publish's fan-out, shared by
 //!   the client and the handlers' `publish-to-topic`.
 //! * [`client`] — publishing from Rust applications ([`Client`]).
-//! * [`wit`] — the one `bindgen!`: the types of the WIT package in `wit/`.
+//! * [`wit`] — the `bindgen!`s: the types of the WIT packages in `wit/` (0.2.0, and 0.1.0 still served).
 //! * [`host`] — a handler's store, and the host side of each imported
 //!   WIT interface.
 //! * [`runtime`] — the wasmtime engine, the epoch deadline and one loaded

@@ -118,6 +118,9 @@ pub struct Delivery {
     pub lease_until_ms: u64,
     /// The ordered group the message is in (`[ordering]`), if any.
     pub group: Option<String>,
+    /// Times the handler snoozed the message (each without spending an
+    /// attempt).
+    pub snoozes: u32,
 }
 
 impl Delivery {
@@ -137,6 +140,7 @@ impl Delivery {
             receipt: "r".into(),
             lease_until_ms: u64::MAX,
             group: None,
+            snoozes: 0,
         }
     }
 

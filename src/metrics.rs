@@ -36,6 +36,7 @@ pub struct Metrics {
     registry: Registry,
     done: Family<HandlerLabels, Counter>,
     retried: Family<HandlerLabels, Counter>,
+    snoozed: Family<HandlerLabels, Counter>,
     dead: Family<HandlerLabels, Counter>,
     duplicates: Family<HandlerLabels, Counter>,
     rejected: Family<HandlerLabels, Counter>,
@@ -81,6 +82,7 @@ impl Metrics {
             registry: Registry::with_prefix("sluice"),
             done: Family::default(),
             retried: Family::default(),
+            snoozed: Family::default(),
             dead: Family::default(),
             duplicates: Family::default(),
             rejected: Family::default(),
@@ -123,6 +125,11 @@ impl Metrics {
                 "messages_retried",
                 "Attempts that ended in a retry, by handler and version",
                 &self.retried,
+            ),
+            (
+                "messages_snoozed",
+                "Attempts the handler snoozed (no attempt spent), by handler and version",
+                &self.snoozed,
             ),
             (
                 "messages_dead",
@@ -244,6 +251,7 @@ impl Metrics {
         HandlerMetrics {
             done: c(&self.done),
             retried: c(&self.retried),
+            snoozed: c(&self.snoozed),
             dead: c(&self.dead),
             duplicates: c(&self.duplicates),
             rejected: c(&self.rejected),
@@ -320,6 +328,7 @@ impl Metrics {
 pub struct HandlerMetrics {
     done: Counter,
     retried: Counter,
+    snoozed: Counter,
     dead: Counter,
     duplicates: Counter,
     rejected: Counter,
@@ -339,6 +348,7 @@ impl HandlerMetrics {
             Settlement::Done { .. } => self.done.inc(),
             Settlement::Duplicate { .. } => self.duplicates.inc(),
             Settlement::Retry { .. } => self.retried.inc(),
+            Settlement::Snooze { .. } => self.snoozed.inc(),
             Settlement::Dead { .. } => self.dead.inc(),
             Settlement::Defer { .. } => 0,
         };
@@ -423,6 +433,18 @@ impl Queue for Metered {
 
     async fn flush(&self) -> Result<()> {
         self.inner.flush().await
+    }
+
+    async fn extend(
+        &self,
+        queue: &str,
+        leases: &[crate::broker::Lease],
+        lease: Duration,
+    ) -> Result<Vec<bool>> {
+        let started = Instant::now();
+        let r = self.inner.extend(queue, leases, lease).await;
+        self.metrics.broker_call("extend", started, &r);
+        r
     }
 
     async fn set_ordering(&self, queue: &str, ordering: Option<&OrderedGroups>) -> Result<()> {

@@ -12,8 +12,11 @@ pub struct RetryPolicy {
     /// Attempts in all, the first delivery included. At least 1.
     pub max_attempts: u32,
     pub backoff: Backoff,
-    /// A guest's `retry(some(delay))` is cut down to this.
+    /// A guest's `retry(some(delay))` and `snooze(delay)` are cut down to
+    /// this.
     pub max_guest_delay: Duration,
+    /// Snoozes a message may have; the one past them dead-letters it.
+    pub max_snoozes: u32,
 }
 
 /// The wait before the next attempt when the guest did not name one.
@@ -43,6 +46,7 @@ impl Default for RetryPolicy {
                 jitter: true,
             },
             max_guest_delay: Duration::from_secs(3600),
+            max_snoozes: 1000,
         }
     }
 }
@@ -55,6 +59,9 @@ pub enum Outcome {
     Retry(Option<Duration>),
     /// The guest rejected the message as poison.
     Reject(String),
+    /// The guest asked to see the message again after a delay, without
+    /// spending an attempt.
+    Snooze(Duration),
     /// The attempt failed: trap, timeout, memory limit or instantiation.
     Failed,
 }
@@ -63,14 +70,42 @@ pub enum Outcome {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Decision {
     Ack,
-    Retry { delay: Duration },
-    Dead { reason: String },
+    Retry {
+        delay: Duration,
+    },
+    /// Deliver again after `delay`, the attempt given back.
+    Snooze {
+        delay: Duration,
+    },
+    Dead {
+        reason: String,
+    },
 }
 
-/// Decide what follows attempt number `attempt` (1-based) that ended in `outcome`.
-pub fn decide(outcome: &Outcome, attempt: u32, policy: &RetryPolicy, jitter: f64) -> Decision {
+/// Decide what follows attempt number `attempt` (1-based) that ended in
+/// `outcome`, of a message snoozed `snoozes` times before.
+pub fn decide(
+    outcome: &Outcome,
+    attempt: u32,
+    snoozes: u32,
+    policy: &RetryPolicy,
+    jitter: f64,
+) -> Decision {
     let requested = match outcome {
         Outcome::Done => return Decision::Ack,
+        Outcome::Snooze(delay) if snoozes >= policy.max_snoozes => {
+            return Decision::Dead {
+                reason: format!(
+                    "snoozed {snoozes} time(s), the most `retry.max_snoozes` allows, and asked for {} more",
+                    humantime::format_duration(*delay)
+                ),
+            };
+        }
+        Outcome::Snooze(delay) => {
+            return Decision::Snooze {
+                delay: (*delay).min(policy.max_guest_delay),
+            };
+        }
         Outcome::Reject(reason) => {
             return Decision::Dead {
                 reason: format!("rejected: {reason}"),
@@ -324,15 +359,16 @@ mod tests {
                 jitter,
             },
             max_guest_delay: Duration::from_secs(10),
+            max_snoozes: 1000,
         }
     }
 
     #[test]
     fn done_acks_and_reject_dies_at_once() {
         let p = expo(false);
-        assert_eq!(decide(&Outcome::Done, 4, &p, 0.5), Decision::Ack);
+        assert_eq!(decide(&Outcome::Done, 4, 0, &p, 0.5), Decision::Ack);
         assert_eq!(
-            decide(&Outcome::Reject("bad json".into()), 1, &p, 0.5),
+            decide(&Outcome::Reject("bad json".into()), 1, 0, &p, 0.5),
             Decision::Dead {
                 reason: "rejected: bad json".into()
             }
@@ -343,7 +379,7 @@ mod tests {
     fn exponential_without_jitter_doubles_then_caps() {
         let p = expo(false);
         let delays: Vec<_> = (1..4)
-            .map(|a| match decide(&Outcome::Failed, a, &p, 0.0) {
+            .map(|a| match decide(&Outcome::Failed, a, 0, &p, 0.0) {
                 Decision::Retry { delay } => delay,
                 other => panic!("attempt {a}: {other:?}"),
             })
@@ -370,7 +406,7 @@ mod tests {
     fn last_attempt_dies_with_reason() {
         let p = expo(false);
         assert_eq!(
-            decide(&Outcome::Retry(None), 4, &p, 0.0),
+            decide(&Outcome::Retry(None), 4, 0, &p, 0.0),
             Decision::Dead {
                 reason: "gave up after 4 attempt(s)".into()
             }
@@ -383,7 +419,7 @@ mod tests {
             backoff: Backoff::Fixed(vec![Duration::from_secs(60), Duration::from_secs(300)]),
             ..expo(false)
         };
-        let d = |a| decide(&Outcome::Failed, a, &p, 0.9);
+        let d = |a| decide(&Outcome::Failed, a, 0, &p, 0.9);
         assert_eq!(
             d(1),
             Decision::Retry {
@@ -408,16 +444,59 @@ mod tests {
     fn guest_delay_is_capped() {
         let p = expo(false);
         assert_eq!(
-            decide(&Outcome::Retry(Some(Duration::from_secs(3600))), 1, &p, 0.0),
+            decide(
+                &Outcome::Retry(Some(Duration::from_secs(3600))),
+                1,
+                0,
+                &p,
+                0.0
+            ),
             Decision::Retry {
                 delay: Duration::from_secs(10)
             }
         );
         assert_eq!(
-            decide(&Outcome::Retry(Some(Duration::from_millis(5))), 1, &p, 0.0),
+            decide(
+                &Outcome::Retry(Some(Duration::from_millis(5))),
+                1,
+                0,
+                &p,
+                0.0
+            ),
             Decision::Retry {
                 delay: Duration::from_millis(5)
             }
+        );
+    }
+
+    #[test]
+    fn a_snooze_spends_no_attempt_until_the_snoozes_run_out() {
+        let mut p = expo(false);
+        p.max_snoozes = 3;
+        let snooze = Outcome::Snooze(Duration::from_secs(2));
+        for snoozes in 0..3 {
+            // Even on the last attempt: a snooze is not a failure.
+            assert_eq!(
+                decide(&snooze, p.max_attempts, snoozes, &p, 0.0),
+                Decision::Snooze {
+                    delay: Duration::from_secs(2)
+                }
+            );
+        }
+        let Decision::Dead { reason } = decide(&snooze, 1, 3, &p, 0.0) else {
+            panic!("a fourth snooze must dead-letter");
+        };
+        assert_eq!(
+            reason,
+            "snoozed 3 time(s), the most `retry.max_snoozes` allows, and asked for 2s more"
+        );
+        let long = Outcome::Snooze(Duration::from_secs(3600));
+        assert_eq!(
+            decide(&long, 1, 0, &p, 0.0),
+            Decision::Snooze {
+                delay: Duration::from_secs(10)
+            },
+            "capped like a guest's retry delay"
         );
     }
 
@@ -444,6 +523,7 @@ mod tests {
                 max_attempts,
                 backoff,
                 max_guest_delay: Duration::from_millis(cap),
+                max_snoozes: 10,
             },
         )
     }
@@ -469,7 +549,7 @@ mod tests {
         /// Retrying never goes past max_attempts: at or beyond it, only Ack or Dead.
         #[test]
         fn never_retries_past_max_attempts(p in any_policy(), o in any_outcome(), extra in 0u32..5, j in 0.0f64..1.0) {
-            let d = decide(&o, p.max_attempts + extra, &p, j);
+            let d = decide(&o, p.max_attempts + extra, 0, &p, j);
             prop_assert!(!matches!(d, Decision::Retry { .. }), "{d:?}");
         }
 
@@ -477,7 +557,7 @@ mod tests {
         #[test]
         fn failures_below_max_are_retried(p in any_policy(), j in 0.0f64..1.0, a in 1u32..20) {
             prop_assume!(a < p.max_attempts);
-            let retried = matches!(decide(&Outcome::Failed, a, &p, j), Decision::Retry { .. });
+            let retried = matches!(decide(&Outcome::Failed, a, 0, &p, j), Decision::Retry { .. });
             prop_assert!(retried);
         }
 
@@ -485,7 +565,7 @@ mod tests {
         /// guest's delay never exceeds the cap.
         #[test]
         fn delays_stay_in_bounds(p in any_policy(), o in any_outcome(), a in 1u32..40, j in 0.0f64..1.0) {
-            if let Decision::Retry { delay } = decide(&o, a, &p, j) {
+            if let Decision::Retry { delay } = decide(&o, a, 0, &p, j) {
                 match o {
                     Outcome::Retry(Some(asked)) => {
                         prop_assert!(delay <= p.max_guest_delay);

@@ -307,12 +307,14 @@ impl Registry {
             max_in_flight: None,
             rate: None,
             schedules: Vec::new(),
+            world: None,
             updated_at_ms: now_ms,
         };
         for (name, r) in &state.running {
             let s = out.entry(name).or_insert_with(|| status(name));
             s.queue = Some(r.queue.clone());
             s.version = Some(r.handler.version.clone());
+            s.world = Some(r.handler.world().name().to_string());
             s.worker_restarts = r.stats.restarts.load(Ordering::Relaxed);
             s.last_worker_failure = r.stats.last_failure.lock().expect("stats lock").clone();
             s.dropped_log_lines = r.handler.dropped_log_lines();
@@ -337,8 +339,9 @@ impl Registry {
     fn start(&self, handler: Arc<Handler>) -> Running {
         let spec = handler.spec.clone();
         let queue = spec.queue.clone();
-        // The longest a call can take, plus time to settle it.
-        let grace = spec.timeout + Duration::from_secs(5);
+        // The longest a call can take (asking for more time included), plus
+        // time to settle it.
+        let grace = spec.timeout + spec.max_extend + Duration::from_secs(5);
         let stats = Arc::new(WorkerStats::default());
         let (stop, stop_rx) = watch::channel(false);
         let queue_role: Arc<dyn crate::broker::Queue> = match &self.observers.metrics {

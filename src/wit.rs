@@ -1,7 +1,14 @@
-//! The one `bindgen!`: Rust types and traits generated from the WIT package
-//! in `wit/` for the `handler` world. Both sides of the boundary use them:
-//! [`crate::runtime`] calls the exported `handle`, and [`crate::host`]
-//! implements the imported interfaces (one file per interface).
+//! The `bindgen!`s: Rust types and traits generated from the WIT packages in
+//! `wit/`. Both sides of the boundary use them: [`crate::runtime`] calls the
+//! exports, and [`crate::host`] implements the imported interfaces (one
+//! file per interface).
+//!
+//! The current package, `sluice:handler@0.2.0` (`wit/handler.wit`), is
+//! generated at the root of this module for its `handler` world, and in
+//! [`batch`] for its `batch-handler` world, which shares the root's
+//! interfaces. The first package, `sluice:handler@0.1.0`
+//! (`wit/0.1.0/handler.wit`), is generated in [`v1`]: its components are
+//! still served, their imports forwarded to the current ones.
 
 wasmtime::component::bindgen!({
     path: "wit",
@@ -18,3 +25,34 @@ wasmtime::component::bindgen!({
         "sluice:handler/publish.publish-to-topic": async,
     },
 });
+
+/// The `batch-handler` world of the current package: its interfaces are
+/// the root module's.
+pub mod batch {
+    wasmtime::component::bindgen!({
+        path: "wit",
+        world: "batch-handler",
+        exports: { default: async },
+        with: {
+            "sluice:handler/types": super::sluice::handler::types,
+            "sluice:handler/log": super::sluice::handler::log,
+            "sluice:handler/publish": super::sluice::handler::publish,
+            "sluice:handler/config": super::sluice::handler::config,
+            "sluice:handler/kv": super::sluice::handler::kv,
+            "sluice:handler/lease": super::sluice::handler::lease,
+        },
+    });
+}
+
+/// The `handler` world of `sluice:handler@0.1.0`.
+pub mod v1 {
+    wasmtime::component::bindgen!({
+        path: "wit/0.1.0",
+        world: "handler",
+        exports: { default: async },
+        imports: {
+            "sluice:handler/kv": async,
+            "sluice:handler/publish.publish-to-topic": async,
+        },
+    });
+}

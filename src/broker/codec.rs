@@ -78,6 +78,7 @@ mod tests {
                 timezone: "Europe/Paris".into(),
                 catch_up: "one".into(),
             }],
+            world: Some("sluice:handler/handler@0.2.0".into()),
             updated_at_ms: 7,
         };
         assert_eq!(decode_status(encode_status(&s).as_bytes()), Some(s.clone()));

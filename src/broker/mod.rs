@@ -48,7 +48,9 @@ pub use presence::{
     HandlerStatus, PAUSE_POLL, Presence, QueueStats, STATUS_EVERY, STATUS_STALE, ScheduleSpec,
     fresh_statuses,
 };
-pub use queue::{ClaimState, Flow, GroupSource, KeyClaim, OrderedGroups, Queue, Rate, Settlement};
+pub use queue::{
+    ClaimState, Flow, GroupSource, KeyClaim, Lease, OrderedGroups, Queue, Rate, Settlement,
+};
 pub use schedules::{LastTick, Schedules, Tick};
 pub use sqlite::SqliteBroker;
 pub use topics::TopicStore;

@@ -104,6 +104,10 @@ pub struct HandlerStatus {
     /// The cron schedules of the serving version.
     #[serde(default)]
     pub schedules: Vec<ScheduleSpec>,
+    /// The WIT world the serving version implements, e.g.
+    /// `sluice:handler/handler@0.2.0`.
+    #[serde(default)]
+    pub world: Option<String>,
     pub updated_at_ms: u64,
 }
 

@@ -45,6 +45,12 @@ pub trait Queue: Send + Sync + 'static {
     /// `Done` therefore never overwrites a newer delivery's result.
     async fn settle(&self, settlements: &[Settlement]) -> Result<()>;
 
+    /// Keep leases going while their calls run past what they were leased
+    /// for (the guest asked for more time): each delivery that still holds
+    /// its lease is leased for `lease` from now, and so is the idempotency
+    /// key it holds. Returns, in order, whether each still held its lease.
+    async fn extend(&self, queue: &str, leases: &[Lease], lease: Duration) -> Result<Vec<bool>>;
+
     /// Put `queue`'s messages in ordered groups from now on, or stop (`None`):
     /// a message published with a group value waits while an earlier one of
     /// its group is unsettled (ready, delayed, leased, or dead with
@@ -59,6 +65,14 @@ pub trait Queue: Send + Sync + 'static {
     async fn flush(&self) -> Result<()> {
         Ok(())
     }
+}
+
+/// A delivery's lease, and the idempotency key it holds, to extend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub id: String,
+    pub receipt: String,
+    pub key: Option<String>,
 }
 
 /// An idempotency key to take before a delivery is handled.
@@ -109,6 +123,13 @@ pub enum Settlement {
         delay: Duration,
         key: Option<String>,
     },
+    /// The handler snoozed it: like `Defer` (no attempt counts), and the
+    /// message's snoozes go up by one.
+    Snooze {
+        delivery: Delivery,
+        delay: Duration,
+        key: Option<String>,
+    },
     /// Move to the dead letters. Releases `key`. `notice`, if any, is
     /// published in the same atomic step that stores the dead letter (the
     /// handler's `on_dead` hook), and only if it is stored.
@@ -130,6 +151,7 @@ impl Settlement {
             | Settlement::Duplicate { delivery }
             | Settlement::Retry { delivery, .. }
             | Settlement::Defer { delivery, .. }
+            | Settlement::Snooze { delivery, .. }
             | Settlement::Dead { delivery, .. } => delivery,
         }
     }
@@ -140,7 +162,8 @@ impl Settlement {
             Settlement::Done { key, .. } => key.as_ref().map(|(k, _)| k.as_str()),
             Settlement::Retry { key, .. }
             | Settlement::Dead { key, .. }
-            | Settlement::Defer { key, .. } => key.as_deref(),
+            | Settlement::Defer { key, .. }
+            | Settlement::Snooze { key, .. } => key.as_deref(),
             Settlement::Duplicate { .. } => None,
         }
     }

@@ -43,6 +43,11 @@ pub fn check(ctx: &Context, args: CheckArgs) -> Result<()> {
     for export in &report.exports {
         println!("  export {export}");
     }
+    if report.world == crate::runtime::World::HandlerV1.name() {
+        println!(
+            "  built for sluice:handler@0.1.0: served as it is; rebuild against 0.2.0 for snooze, the lease imports and batches (docs/handlers.md, \"Upgrading from 0.1.0\")"
+        );
+    }
     if !report.refused.is_empty() {
         println!(
             "  {} import(s) link but their use is refused, for the reasons above; only the key-value store and outgoing HTTP can be granted, under [capabilities] in the handler's sidecar",

@@ -1,5 +1,6 @@
-//! `sluice new NAME --lang rust|python|js|c [--dir D]`: scaffold a handler
-//! project that builds as it is.
+//! `sluice new NAME --lang rust|python|js|c [--batch] [--dir D]`: scaffold a
+//! handler project that builds as it is, for the `handler` world or, with
+//! `--batch`, the `batch-handler` world.
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +25,9 @@ pub struct NewArgs {
     pub name: String,
     #[arg(long, value_enum)]
     pub lang: Lang,
+    /// A batch handler: `handle-batch` takes up to `batch_size` messages a call.
+    #[arg(long)]
+    pub batch: bool,
     /// Where to write the project (default: ./NAME). Must not exist yet, or be empty.
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -35,6 +39,50 @@ const WIT: &str = include_str!("../../wit/handler.wit");
 /// (path in the project, template text, executable).
 type File = (&'static str, &'static str, bool);
 
+/// The handler's source: the one file that differs between the worlds.
+fn source(lang: Lang, batch: bool) -> File {
+    match (lang, batch) {
+        (Lang::Rust, false) => (
+            "src/lib.rs",
+            include_str!("../../templates/rust/src/lib.rs"),
+            false,
+        ),
+        (Lang::Rust, true) => (
+            "src/lib.rs",
+            include_str!("../../templates/rust/src/lib_batch.rs"),
+            false,
+        ),
+        (Lang::Python, false) => (
+            "app.py",
+            include_str!("../../templates/python/app.py"),
+            false,
+        ),
+        (Lang::Python, true) => (
+            "app.py",
+            include_str!("../../templates/python/app_batch.py"),
+            false,
+        ),
+        (Lang::Js, false) => ("app.js", include_str!("../../templates/js/app.js"), false),
+        (Lang::Js, true) => (
+            "app.js",
+            include_str!("../../templates/js/app_batch.js"),
+            false,
+        ),
+        (Lang::C, false) => (
+            "handler_impl.c",
+            include_str!("../../templates/c/handler_impl.c"),
+            false,
+        ),
+        (Lang::C, true) => (
+            "handler_impl.c",
+            include_str!("../../templates/c/handler_impl_batch.c"),
+            false,
+        ),
+    }
+}
+
+/// The rest of the project, the same for both worlds (`{{world}}` in
+/// them names it).
 fn files(lang: Lang) -> &'static [File] {
     match lang {
         Lang::Rust => &[
@@ -46,11 +94,6 @@ fn files(lang: Lang) -> &'static [File] {
             (
                 "build.rs",
                 include_str!("../../templates/rust/build.rs"),
-                false,
-            ),
-            (
-                "src/lib.rs",
-                include_str!("../../templates/rust/src/lib.rs"),
                 false,
             ),
             (
@@ -71,11 +114,6 @@ fn files(lang: Lang) -> &'static [File] {
         ],
         Lang::Python => &[
             (
-                "app.py",
-                include_str!("../../templates/python/app.py"),
-                false,
-            ),
-            (
                 "build.sh",
                 include_str!("../../templates/python/build.sh"),
                 true,
@@ -92,7 +130,6 @@ fn files(lang: Lang) -> &'static [File] {
             ),
         ],
         Lang::Js => &[
-            ("app.js", include_str!("../../templates/js/app.js"), false),
             (
                 "package.json",
                 include_str!("../../templates/js/package.json"),
@@ -121,11 +158,6 @@ fn files(lang: Lang) -> &'static [File] {
             ),
         ],
         Lang::C => &[
-            (
-                "handler_impl.c",
-                include_str!("../../templates/c/handler_impl.c"),
-                false,
-            ),
             ("build.sh", include_str!("../../templates/c/build.sh"), true),
             (
                 "README.md",
@@ -169,14 +201,19 @@ pub fn new(ctx: &Context, args: NewArgs) -> Result<()> {
             dir.display()
         );
     }
+    let world = if args.batch {
+        "batch-handler"
+    } else {
+        "handler"
+    };
     let mut written = Vec::new();
-    for (path, text, executable) in files(args.lang) {
+    let source = source(args.lang, args.batch);
+    for (path, text, executable) in std::iter::once(&source).chain(files(args.lang)) {
         let path = path.replace("{{name}}", &args.name);
-        write(
-            &dir.join(&path),
-            &text.replace("{{name}}", &args.name),
-            *executable,
-        )?;
+        let text = text
+            .replace("{{name}}", &args.name)
+            .replace("{{world}}", world);
+        write(&dir.join(&path), &text, *executable)?;
         written.push(path);
     }
     write(&dir.join("wit/handler.wit"), WIT, false)?;
@@ -185,7 +222,7 @@ pub fn new(ctx: &Context, args: NewArgs) -> Result<()> {
         return super::print_json(&serde_json::json!({ "dir": dir, "files": written }));
     }
     println!(
-        "created {} ({:?} handler {}):",
+        "created {} ({:?} handler {}, world {world}):",
         dir.display(),
         args.lang,
         args.name

@@ -40,6 +40,15 @@ pub const CALL_BUDGET: (u64, u64) = (64 << 10, 1 << 30);
 pub const LOG_RATE: (u32, u32) = (1, 1_000_000);
 /// One call's wall-clock limit.
 pub const TIMEOUT: (Duration, Duration) = (MS, HOUR);
+/// How much longer than its timeout a call may run by asking
+/// (`limits.max_extend`): its messages' leases are kept meanwhile.
+pub const MAX_EXTEND: (Duration, Duration) = (Duration::ZERO, DAY);
+/// Messages one call of a batch handler takes (`batch_size`).
+pub const BATCH_SIZE: (usize, usize) = (1, 1000);
+/// How long a batch handler's call waits for its batch to fill.
+pub const BATCH_WAIT: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(60));
+/// Snoozes of one message (`retry.max_snoozes`).
+pub const MAX_SNOOZES: (u32, u32) = (1, 1_000_000);
 /// Messages one warm instance handles before it is replaced.
 pub const MAX_MESSAGES_PER_INSTANCE: (u32, u32) = (1, 1_000_000);
 /// Attempts in all.
@@ -187,6 +196,18 @@ mod tests {
             "[retry]\nredrive_every = \"1m\"\nmax_redrives = 1001",
             "retry.max_redrives",
         ),
+        ("batch_size = 1000\nprefetch = 1000", ""),
+        ("batch_size = 0", "batch_size"),
+        ("batch_size = 1001", "batch_size"),
+        ("batch_size = 64\nprefetch = 32", "batch_size"),
+        ("batch_wait = \"1m\"", ""),
+        ("batch_wait = \"61s\"", "batch_wait"),
+        ("[limits]\nmax_extend = \"0s\"", ""),
+        ("[limits]\nmax_extend = \"1day\"", ""),
+        ("[limits]\nmax_extend = \"25h\"", "limits.max_extend"),
+        ("[retry]\nmax_snoozes = 1", ""),
+        ("[retry]\nmax_snoozes = 0", "retry.max_snoozes"),
+        ("[retry]\nmax_snoozes = 1000001", "retry.max_snoozes"),
         ("[idempotency]\nretention = \"1s\"", ""),
         ("[idempotency]\nretention = \"0s\"", "idempotency.retention"),
         (
@@ -263,6 +284,10 @@ mod fuzz {
         "[limits]\nmemory",
         "[limits]\ncall_budget",
         "[limits]\nlog_rate",
+        "[limits]\nmax_extend",
+        "batch_size",
+        "batch_wait",
+        "[retry]\nmax_snoozes",
         "[retry]\nmax_attempts",
         "[retry]\ninitial",
         "[retry]\nmax",

@@ -138,7 +138,7 @@ impl WasiHttpView for HostState {
     fn http(&mut self) -> WasiHttpCtxView<'_> {
         // Every wasi:http call passes through here, so the hooks always see
         // the deadline of the call in progress.
-        self.http_hooks.deadline = self.deadline;
+        self.http_hooks.deadline = self.deadline.at();
         WasiHttpCtxView {
             hooks: &mut self.http_hooks,
             table: &mut self.table,

@@ -1,7 +1,8 @@
 //! What a handler's store holds, and the host side of each imported
 //! interface: one file per interface (`log`, `publish`, `config`, `kv`,
-//! `http`, and `stdio` for WASI's stdout and stderr), each just the `impl`
-//! of that interface's `Host` trait from [`crate::wit`].
+//! `lease`, `http`, and `stdio` for WASI's stdout and stderr), each just the
+//! `impl` of that interface's `Host` trait from [`crate::wit`]; `v1` forwards
+//! the imports of the first package version to them.
 //!
 //! A store serves one call at a time. The runtime opens each call with
 //! [`HostState::begin_call`] and, when the guest answers, takes what it
@@ -11,7 +12,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -23,17 +23,22 @@ use crate::message::NewMessage;
 
 pub mod budget;
 mod config;
+mod deadline;
 mod http;
 mod kv;
+mod lease;
 pub mod limits;
 mod log;
 mod publish;
 mod stdio;
+mod v1;
 
+pub use deadline::Deadline;
 pub use kv::{MAX_KV_KEY, MAX_KV_VALUE};
 pub use limits::{MemoryLimitHit, MemoryLimiter};
 
-/// Most publishes one message may hold before its outcome.
+/// Most publishes one message may hold before its outcome (a batch call,
+/// this many for each of its messages).
 pub const MAX_HELD_PUBLISHES: usize = 1000;
 
 /// Facts about a handler that every one of its stores shares.
@@ -93,12 +98,13 @@ pub struct HostState {
     queue: String,
     attempt: u32,
     trace_id: Option<crate::trace::TraceParent>,
-    /// Publishes held until the outcome.
+    /// Publishes held until the outcome, and how many the call may hold.
     held: Vec<NewMessage>,
+    held_limit: usize,
     /// What is left of the current call's byte budget.
     budget_left: u64,
     /// When the current call must have finished.
-    deadline: Instant,
+    deadline: Deadline,
     http: wasmtime_wasi_http::WasiHttpCtx,
     http_hooks: http::Hooks,
     /// Counts this store among the live instances while it exists.
@@ -108,7 +114,12 @@ pub struct HostState {
 impl HostState {
     /// The state of a new store of `handler`, its memory capped at
     /// `memory_cap`, counted among the live instances by `live`.
-    pub fn new(handler: Arc<HandlerContext>, memory_cap: u64, live: LiveInstance) -> Self {
+    pub fn new(
+        handler: Arc<HandlerContext>,
+        memory_cap: u64,
+        live: LiveInstance,
+        deadline: Deadline,
+    ) -> Self {
         // Nothing is granted: no preopened directories, no environment, no
         // arguments, no sockets. Clocks and randomness are allowed.
         let wasi = WasiCtx::builder()
@@ -137,26 +148,36 @@ impl HostState {
             attempt: 0,
             trace_id: None,
             held: Vec::new(),
+            held_limit: MAX_HELD_PUBLISHES,
             budget_left,
-            deadline: Instant::now(),
+            deadline,
             http,
             http_hooks,
             _live: live,
         }
     }
 
-    /// Start a call for `delivery` that must end by `deadline`: whatever an
-    /// earlier call held is dropped.
-    pub fn begin_call(&mut self, delivery: &Delivery, deadline: Instant) {
+    /// Start a call for `deliveries` (one, or a batch) that must end by
+    /// `deadline`: whatever an earlier call held is dropped. Log lines of a
+    /// batch call name its first message and how many follow.
+    pub fn begin_call(&mut self, deliveries: &[Delivery], deadline: &Deadline) {
+        let Some(first) = deliveries.first() else {
+            return;
+        };
         self.message_id.clear();
-        self.message_id.push_str(&delivery.id);
+        self.message_id.push_str(&first.id);
+        if deliveries.len() > 1 {
+            use std::fmt::Write as _;
+            let _ = write!(self.message_id, " (+{})", deliveries.len() - 1);
+        }
         self.queue.clear();
-        self.queue.push_str(&delivery.queue);
-        self.attempt = delivery.attempt;
-        self.trace_id = crate::trace::TraceParent::from_headers(&delivery.headers);
+        self.queue.push_str(&first.queue);
+        self.attempt = first.attempt;
+        self.trace_id = crate::trace::TraceParent::from_headers(&first.headers);
         self.held.clear();
+        self.held_limit = MAX_HELD_PUBLISHES * deliveries.len();
         self.budget_left = self.handler.call_budget;
-        self.deadline = deadline;
+        self.deadline = deadline.clone();
     }
 
     /// Take `bytes` from the call's budget for `what`; the error, when it
@@ -177,14 +198,8 @@ impl HostState {
     }
 
     /// When the current call must have finished.
-    pub fn deadline(&self) -> Instant {
-        self.deadline
-    }
-
-    /// Set the deadline alone, before the first call (instantiation runs
-    /// guest code too).
-    pub fn set_deadline(&mut self, deadline: Instant) {
-        self.deadline = deadline;
+    pub fn deadline(&self) -> &Deadline {
+        &self.deadline
     }
 
     /// The publishes the current call holds, taken out of the store.

@@ -13,7 +13,7 @@ use crate::wit::sluice::handler::publish::{Host, PublishOptions};
 
 impl HostState {
     fn hold(&mut self, messages: Vec<NewMessage>) -> Result<(), String> {
-        if self.held.len() + messages.len() > MAX_HELD_PUBLISHES {
+        if self.held.len() + messages.len() > self.held_limit {
             return Err(format!(
                 "handler {} may publish at most {MAX_HELD_PUBLISHES} messages per message it handles",
                 self.handler.name

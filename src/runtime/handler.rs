@@ -1,6 +1,6 @@
 //! One loaded handler version: its prepared component, its limits and, in
-//! `reuse` mode, its warm instances. `invoke` runs one delivery and says how
-//! it ended; it never fails the host.
+//! `reuse` mode, its warm instances. `invoke` runs one delivery, and
+//! `invoke_batch` a batch, and says how it ended; neither fails the host.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Store, UpdateDeadline, WasmBacktrace};
 
-use super::Runtime;
 use super::limits::TimedOut;
+use super::world::{Answer, Instance, Pre, World};
+use super::{Deadline, Runtime};
 use crate::broker::{KvStore, TopicStore};
 use crate::config::{HandlerSpec, InstanceMode};
 use crate::error::one_line;
@@ -19,7 +20,6 @@ use crate::host::budget::LogLimiter;
 use crate::host::{HandlerContext, HostState};
 use crate::message::{Delivery, NewMessage};
 use crate::policy::Outcome;
-use crate::wit::{self, HandlerPre};
 
 /// Why an attempt failed without an outcome from the guest.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -73,10 +73,27 @@ impl Invocation {
     }
 }
 
+/// How one call of `handle-batch` ended: one outcome per message, in order,
+/// or the failure of the whole call.
+#[derive(Debug)]
+pub struct BatchInvocation {
+    pub result: Result<Vec<Outcome>, Failure>,
+    /// Held publishes; empty unless the guest returned its outcomes.
+    pub publishes: Vec<NewMessage>,
+    pub instantiate: Option<Duration>,
+}
+
 struct Warm {
     store: Store<HostState>,
-    instance: wit::Handler,
+    instance: Instance,
     uses: u32,
+}
+
+/// How a call on an instance ended.
+struct Called {
+    result: Result<Answer, Failure>,
+    publishes: Vec<NewMessage>,
+    instantiate: Option<Duration>,
 }
 
 /// One loaded version of one handler: its prepared component, its spec and,
@@ -87,20 +104,20 @@ pub struct Handler {
     pub version: String,
     pub source: PathBuf,
     context: Arc<HandlerContext>,
-    pre: HandlerPre<HostState>,
+    pre: Pre,
     runtime: Runtime,
     warm: Mutex<Vec<Warm>>,
 }
 
 impl Handler {
     /// A handler version ready to serve: `pre` is its component, linked and
-    /// checked against the `handler` world.
+    /// checked against its world.
     pub fn new(
         runtime: &Runtime,
         spec: HandlerSpec,
         source: PathBuf,
         version: String,
-        pre: HandlerPre<HostState>,
+        pre: Pre,
         max_message_size: u64,
     ) -> Self {
         let context = Arc::new(HandlerContext {
@@ -125,6 +142,11 @@ impl Handler {
         }
     }
 
+    /// The world its component implements.
+    pub fn world(&self) -> World {
+        self.pre.world()
+    }
+
     /// Give the handler its key-value store, kept in `store` under the
     /// handler's name. Called before the handler serves, while no store of
     /// it shares its context yet. The host still refuses every call unless
@@ -145,11 +167,53 @@ impl Handler {
         self
     }
 
-    /// Run `handle` for one delivery. The timeout counts from here: making
-    /// a fresh instance (which may run the guest's start code) is part of
-    /// the call.
-    pub async fn invoke(&self, delivery: &Delivery) -> Invocation {
-        let deadline = Instant::now() + self.spec.timeout;
+    /// Run the handler for one delivery, by `deadline` (which counts from
+    /// before the instance is made: making a fresh one may run the guest's
+    /// start code). A batch handler gets a batch of one.
+    pub async fn invoke(&self, delivery: &Delivery, deadline: &Deadline) -> Invocation {
+        let called = self.run(std::slice::from_ref(delivery), deadline).await;
+        let result = match called.result {
+            Ok(Answer::One(outcome)) => Ok(outcome),
+            Ok(Answer::Many(outcomes)) => one_each(outcomes, 1).map(|mut o| o.remove(0)),
+            Err(f) => Err(f),
+        };
+        Invocation {
+            publishes: if result.is_ok() {
+                called.publishes
+            } else {
+                Vec::new()
+            },
+            result,
+            instantiate: called.instantiate,
+        }
+    }
+
+    /// Run a batch handler for `deliveries` in one call, by `deadline`. A
+    /// list of outcomes of another length fails the whole call, as a trap.
+    pub async fn invoke_batch(
+        &self,
+        deliveries: &[Delivery],
+        deadline: &Deadline,
+    ) -> BatchInvocation {
+        let called = self.run(deliveries, deadline).await;
+        let result = match called.result {
+            Ok(Answer::Many(outcomes)) => one_each(outcomes, deliveries.len()),
+            Ok(Answer::One(outcome)) => one_each(vec![outcome], deliveries.len()),
+            Err(f) => Err(f),
+        };
+        BatchInvocation {
+            publishes: if result.is_ok() {
+                called.publishes
+            } else {
+                Vec::new()
+            },
+            result,
+            instantiate: called.instantiate,
+        }
+    }
+
+    /// Call the handler for `deliveries` on a warm instance, or a new one.
+    async fn run(&self, deliveries: &[Delivery], deadline: &Deadline) -> Called {
         let warm = match self.spec.instance_mode {
             InstanceMode::Reuse => self.warm.lock().expect("warm pool lock").pop(),
             InstanceMode::Fresh => None,
@@ -172,15 +236,16 @@ impl Handler {
             instance,
             uses,
         } = warm;
-        store.data_mut().begin_call(delivery, deadline);
+        store.data_mut().begin_call(deliveries, deadline);
         store.set_epoch_deadline(1);
-        let message = to_wit(delivery);
-        match self.call(&mut store, &instance, &message).await {
-            Ok(outcome) => {
+        match self.call(&mut store, &instance, deliveries).await {
+            Ok(answer) => {
                 let publishes = store.data_mut().take_publishes();
                 let uses = uses + 1;
+                let whole = !matches!(&answer, Answer::Many(o) if o.len() != deliveries.len());
                 if self.spec.instance_mode == InstanceMode::Reuse
                     && uses < self.spec.max_messages_per_instance
+                    && whole
                 {
                     self.warm.lock().expect("warm pool lock").push(Warm {
                         store,
@@ -188,8 +253,8 @@ impl Handler {
                         uses,
                     });
                 }
-                Invocation {
-                    result: Ok(from_wit(outcome)),
+                Called {
+                    result: Ok(answer),
                     publishes,
                     instantiate,
                 }
@@ -200,13 +265,9 @@ impl Handler {
     }
 
     /// A new instance, made by `deadline`.
-    async fn instantiate(&self, deadline: Instant) -> Result<Warm, Failure> {
+    async fn instantiate(&self, deadline: &Deadline) -> Result<Warm, Failure> {
         let mut store = self.new_store(deadline);
-        let made = by_deadline(
-            tokio::time::Instant::from_std(deadline),
-            self.pre.instantiate_async(&mut store),
-        )
-        .await;
+        let made = by_deadline(deadline, self.pre.instantiate(&mut store)).await;
         match made {
             Ok(Ok(instance)) => Ok(Warm {
                 store,
@@ -214,14 +275,14 @@ impl Handler {
                 uses: 0,
             }),
             Ok(Err(e)) => Err(classify(e, &store, true)),
-            Err(_elapsed) => Err(Failure::Timeout(format!(
+            Err(TimedOut(_)) => Err(Failure::Timeout(format!(
                 "{} (making the instance)",
                 TimedOut(self.spec.timeout)
             ))),
         }
     }
 
-    /// Call `handle`, ending the call at the handler's timeout. Epoch
+    /// Call the handler, ending the call at its deadline. Epoch
     /// interruption stops a guest that computes past its deadline, but not
     /// one waiting in the host (for an HTTP response, a sleep), which runs
     /// no wasm: the timer around the call ends those. Dropping the call
@@ -229,16 +290,15 @@ impl Handler {
     async fn call(
         &self,
         store: &mut Store<HostState>,
-        instance: &wit::Handler,
-        message: &wit::Message,
-    ) -> Result<wit::Outcome, Failure> {
-        let timeout = self.spec.timeout;
-        let deadline = tokio::time::Instant::from_std(store.data().deadline());
-        let result = by_deadline(deadline, instance.call_handle(&mut *store, message)).await;
+        instance: &Instance,
+        deliveries: &[Delivery],
+    ) -> Result<Answer, Failure> {
+        let deadline = store.data().deadline().clone();
+        let result = by_deadline(&deadline, instance.call(&mut *store, deliveries)).await;
         match result {
-            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => Err(classify(e, store, false)),
-            Err(_elapsed) => Err(Failure::Timeout(TimedOut(timeout).to_string())),
+            Err(_) => Err(Failure::Timeout(TimedOut(self.spec.timeout).to_string())),
         }
     }
 
@@ -253,70 +313,70 @@ impl Handler {
         self.warm.lock().expect("warm pool lock").len()
     }
 
-    fn new_store(&self, deadline: Instant) -> Store<HostState> {
+    fn new_store(&self, deadline: &Deadline) -> Store<HostState> {
         let mut store = Store::new(
             self.runtime.engine(),
             HostState::new(
                 self.context.clone(),
                 self.spec.memory,
                 self.runtime.live_instance(),
+                deadline.clone(),
             ),
         );
         store.limiter(|s| s.limiter());
         let timeout = self.spec.timeout;
         store.epoch_deadline_callback(move |ctx| {
-            if Instant::now() >= ctx.data().deadline() {
+            if Instant::now() >= ctx.data().deadline().at() {
                 Err(wasmtime::Error::new(TimedOut(timeout)))
             } else {
                 // Let other tasks on this thread run while the guest computes.
                 Ok(UpdateDeadline::Yield(1))
             }
         });
-        store.data_mut().set_deadline(deadline);
         store.set_epoch_deadline(1);
         store
     }
 }
 
-/// `work`, ended at `deadline`. Most work (a warm call, a fresh instance)
-/// finishes in its first poll, running the guest to its end on the fiber:
-/// it needs no timer, and arming one costs more than a warm call. Work that
-/// waits (on a host future, or yielding at an epoch tick) gets the timer
-/// that ends it at its deadline.
-async fn by_deadline<F: Future>(
-    deadline: tokio::time::Instant,
-    work: F,
-) -> Result<F::Output, tokio::time::error::Elapsed> {
+/// `outcomes` if there is one for each of `messages`; a list of another
+/// length fails the call, as a trap.
+fn one_each(outcomes: Vec<Outcome>, messages: usize) -> Result<Vec<Outcome>, Failure> {
+    if outcomes.len() == messages {
+        return Ok(outcomes);
+    }
+    Err(Failure::Trap(format!(
+        "handle-batch returned {} outcome(s) for {messages} message(s): it must return one per message, in order",
+        outcomes.len()
+    )))
+}
+
+/// `work`, ended at `deadline`, which may move later meanwhile. Most work
+/// (a warm call, a fresh instance) finishes in its first poll, running the
+/// guest to its end on the fiber: it needs no timer, and arming one costs
+/// more than a warm call. Work that waits (on a host future, or yielding at
+/// an epoch tick) gets the timer that ends it at its deadline.
+async fn by_deadline<F: Future>(deadline: &Deadline, work: F) -> Result<F::Output, TimedOut> {
     let mut work = std::pin::pin!(work);
     let first = std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await;
-    match first {
-        Poll::Ready(done) => Ok(done),
-        Poll::Pending => tokio::time::timeout_at(deadline, work).await,
+    if let Poll::Ready(done) = first {
+        return Ok(done);
+    }
+    loop {
+        let at = deadline.at();
+        tokio::select! {
+            done = work.as_mut() => return Ok(done),
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(at)) => {
+                // Unless the guest moved the deadline meanwhile.
+                if deadline.at() <= at {
+                    return Err(TimedOut(Duration::ZERO));
+                }
+            }
+        }
     }
 }
 
-fn to_wit(d: &Delivery) -> wit::Message {
-    wit::Message {
-        id: d.id.clone(),
-        key: d.key.clone(),
-        queue: d.queue.clone(),
-        payload: d.payload.clone(),
-        headers: d.headers.clone(),
-        attempt: d.attempt,
-        enqueued_at_ms: d.enqueued_at_ms,
-    }
-}
-
-fn from_wit(outcome: wit::Outcome) -> Outcome {
-    match outcome {
-        wit::Outcome::Done => Outcome::Done,
-        wit::Outcome::Retry(ms) => Outcome::Retry(ms.map(Duration::from_millis)),
-        wit::Outcome::Reject(reason) => Outcome::Reject(reason),
-    }
-}
-
-fn failed(f: Failure, instantiate: Option<Duration>) -> Invocation {
-    Invocation {
+fn failed(f: Failure, instantiate: Option<Duration>) -> Called {
+    Called {
         result: Err(f),
         publishes: Vec::new(),
         instantiate,

@@ -1,7 +1,8 @@
 //! The WebAssembly runtime: one `Engine` with the pooling allocator, one
-//! `Linker` with WASI p2, wasi:http and the sluice imports (generated in
-//! [`crate::wit`], implemented in [`crate::host`]), and the loaded handler
-//! versions that run one delivery each ([`Handler`]).
+//! `Linker` with WASI p2, wasi:http and the sluice imports of every package
+//! version (generated in [`crate::wit`], implemented in [`crate::host`]),
+//! the worlds a handler may implement ([`World`]), and the loaded handler
+//! versions that run one delivery, or one batch, a call ([`Handler`]).
 
 use std::sync::Arc;
 
@@ -14,8 +15,11 @@ use crate::wit;
 
 pub mod handler;
 pub mod limits;
+mod world;
 
-pub use handler::{Failure, Handler, Invocation};
+pub use crate::host::Deadline;
+pub use handler::{BatchInvocation, Failure, Handler, Invocation};
+pub use world::{Pre, World};
 
 /// The largest memory cap a handler may ask for.
 pub const MAX_HANDLER_MEMORY: u64 = crate::config::bounds::MEMORY.1;
@@ -71,8 +75,12 @@ impl Runtime {
             .map_err(|e| anyhow::Error::from(e).context("cannot link WASI"))?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
             .map_err(|e| anyhow::Error::from(e).context("cannot link wasi:http"))?;
+        // Both package versions' imports: a component built for 0.1.0 is
+        // served as it is.
         wit::Handler::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| anyhow::Error::from(e).context("cannot link the sluice imports"))?;
+        wit::v1::Handler::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(|e| anyhow::Error::from(e).context("cannot link the sluice 0.1.0 imports"))?;
         let ticker = limits::EpochTicker::start(engine.clone());
         Ok(Runtime {
             inner: Arc::new(Inner {

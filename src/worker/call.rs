@@ -4,73 +4,89 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 
+use super::keep::{self, Leases};
 use super::{Dispatch, Jobs, Observe, Settled};
-use crate::broker::Settlement;
+use crate::broker::{Queue, Settlement};
 use crate::config::{HandlerSpec, KeySource, bounds};
 use crate::message::{Delivery, MAX_REASON, NewMessage, now_ms, truncate};
 use crate::policy::{self, Decision, Outcome};
-use crate::runtime::{Failure, Invocation};
+use crate::runtime::{Deadline, Failure, Invocation};
 use crate::trace::{Attempt, AttemptFields};
 
 /// How long a message that found no free instance waits before it is
 /// delivered again.
 const POOL_FULL_DELAY: Duration = Duration::from_millis(100);
 
+/// What each of the worker's callers works with.
+pub(super) struct Caller {
+    pub jobs: Jobs,
+    pub broker: Arc<dyn Queue>,
+    pub dispatch: Arc<dyn Dispatch>,
+    pub spec: Arc<HandlerSpec>,
+    pub observe: Observe,
+    pub settle_tx: mpsc::UnboundedSender<Settled>,
+    pub stop: watch::Receiver<bool>,
+}
+
+impl Caller {
+    /// Whether the worker is stopping: what is prefetched but not started
+    /// goes back at once, without spending an attempt.
+    pub fn stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Pass a settlement on to the settler.
+    pub fn settled(&self, settlement: Settlement, permit: OwnedSemaphorePermit) {
+        let _ = self.settle_tx.send((settlement, permit));
+    }
+}
+
 /// One of the worker's callers: takes admitted deliveries in turn, handles
 /// each and passes its settlement on, until the job queue closes.
-pub(super) async fn call_loop(
-    jobs: Jobs,
-    dispatch: Arc<dyn Dispatch>,
-    spec: Arc<HandlerSpec>,
-    observe: Observe,
-    settle_tx: mpsc::UnboundedSender<Settled>,
-    stop: watch::Receiver<bool>,
-) {
+pub(super) async fn call_loop(caller: Caller) {
     loop {
-        let next = jobs.lock().await.recv().await;
+        let next = caller.jobs.lock().await.recv().await;
         let Some((delivery, key, permit)) = next else {
             return;
         };
-        // Prefetched but not started when the stop came: hand it back at
-        // once, without spending an attempt.
-        let settlement = if *stop.borrow() {
-            Settlement::Defer {
-                delivery,
-                delay: Duration::ZERO,
-                key,
-            }
+        let settlement = if caller.stopping() {
+            back(delivery, key)
         } else {
-            run_one(&*dispatch, &spec, &observe, delivery, key).await
+            run_one(&caller, delivery, key).await
         };
-        let _ = settle_tx.send((settlement, permit));
+        caller.settled(settlement, permit);
     }
+}
+
+/// A delivery handed back untouched, its attempt not spent.
+pub(super) fn back(delivery: Delivery, key: Option<String>) -> Settlement {
+    Settlement::Defer {
+        delivery,
+        delay: Duration::ZERO,
+        key,
+    }
+}
+
+/// Whether a delivery waited so long that its lease would run out during
+/// the call, or while it settles: it goes back untouched rather than risk
+/// being handled twice at once. Half the margin a lease must leave beyond
+/// the timeout is for settling.
+pub(super) fn too_late(delivery: &Delivery, spec: &HandlerSpec) -> bool {
+    let settle_margin = (bounds::LEASE_MARGIN / 2).as_millis() as u64;
+    let must_end_by = now_ms() + spec.timeout.as_millis() as u64 + settle_margin;
+    must_end_by >= delivery.lease_until_ms
 }
 
 /// Handle one delivery and say how it settles: one attempt, with its span
 /// and its metrics.
-async fn run_one(
-    dispatch: &dyn Dispatch,
-    spec: &HandlerSpec,
-    observe: &Observe,
-    mut delivery: Delivery,
-    key: Option<String>,
-) -> Settlement {
-    // A delivery that waited so long that its lease would run out during the
-    // call, or while it settles, goes back untouched rather than risk being
-    // handled twice at once. Half the margin a lease must leave beyond the
-    // timeout is for settling.
-    let settle_margin = (bounds::LEASE_MARGIN / 2).as_millis() as u64;
-    let must_end_by = now_ms() + spec.timeout.as_millis() as u64 + settle_margin;
-    if must_end_by >= delivery.lease_until_ms {
-        return Settlement::Defer {
-            delivery,
-            delay: Duration::ZERO,
-            key,
-        };
+async fn run_one(caller: &Caller, mut delivery: Delivery, key: Option<String>) -> Settlement {
+    if too_late(&delivery, &caller.spec) {
+        return back(delivery, key);
     }
-    let version = dispatch.version();
+    let (spec, observe) = (&*caller.spec, &caller.observe);
+    let version = caller.dispatch.version();
     let fields = AttemptFields {
         queue: &spec.queue,
         handler: &spec.name,
@@ -83,7 +99,11 @@ async fn run_one(
     if let Some(m) = &observe.metrics {
         m.waited(&delivery, now_ms());
     }
-    let mut invocation = dispatch.invoke(&delivery).await;
+    let deadline = Deadline::new(spec.timeout, spec.max_extend);
+    let leases = Leases::of(std::slice::from_ref(&delivery), std::slice::from_ref(&key));
+    let call = caller.dispatch.invoke(&delivery, &deadline);
+    let (mut invocation, until) = leases.keep(call, &deadline, &*caller.broker, spec).await;
+    keep::renewed(std::slice::from_mut(&mut delivery), &until);
     if let Some(m) = &observe.metrics {
         m.called(
             started.elapsed(),
@@ -92,16 +112,17 @@ async fn run_one(
         );
     }
     attempt.stamp(&mut invocation.publishes);
-    let (outcome, error) = span_outcome(&invocation);
+    let (outcome, error) = span_outcome(&invocation.result);
     attempt.end(outcome, error.as_deref());
     settlement_for(delivery, invocation, spec, key, version, rand::random())
 }
 
 /// How an attempt's span names its ending, and the error it records.
-fn span_outcome(invocation: &Invocation) -> (&'static str, Option<String>) {
-    match &invocation.result {
+pub(super) fn span_outcome(result: &Result<Outcome, Failure>) -> (&'static str, Option<String>) {
+    match result {
         Ok(Outcome::Done) => ("done", None),
         Ok(Outcome::Retry(_)) => ("retry", None),
+        Ok(Outcome::Snooze(_)) => ("snooze", None),
         Ok(Outcome::Reject(reason)) => ("reject", Some(reason.clone())),
         Ok(Outcome::Failed) => ("failed", None),
         Err(f) => (f.kind(), Some(f.to_string())),
@@ -137,7 +158,13 @@ pub fn settlement_for(
             Some(truncate(&failure.to_string(), MAX_REASON).into_owned()),
         ),
     };
-    let decision = policy::decide(&outcome, delivery.attempt, &spec.retry, jitter);
+    let decision = policy::decide(
+        &outcome,
+        delivery.attempt,
+        delivery.snoozes,
+        &spec.retry,
+        jitter,
+    );
     tracing::debug!(
         handler = %spec.name, version, queue = %delivery.queue, id = %delivery.id,
         attempt = delivery.attempt, ?outcome, ?decision, error = error.as_deref(), "handled"
@@ -155,6 +182,11 @@ pub fn settlement_for(
             delivery,
             delay,
             error: error.unwrap_or_else(|| "handler asked for a retry".to_string()),
+            key,
+        },
+        Decision::Snooze { delay } => Settlement::Snooze {
+            delivery,
+            delay,
             key,
         },
         Decision::Dead { reason } => {
@@ -250,6 +282,7 @@ mod tests {
             receipt: "r".into(),
             lease_until_ms: u64::MAX,
             group: None,
+            snoozes: 0,
         }
     }
 
@@ -302,6 +335,39 @@ mod tests {
             panic!("not a retry");
         };
         assert_eq!(error, "trap: unreachable");
+    }
+
+    #[test]
+    fn a_snooze_goes_back_with_its_key_until_the_snoozes_run_out() {
+        let mut spec = spec();
+        spec.retry.max_snoozes = 2;
+        let snooze = || ended(Ok(Outcome::Snooze(Duration::from_secs(30))), Vec::new());
+        let mut d = delivery(3, "{}");
+        d.snoozes = 1;
+        let s = settlement_for(d.clone(), snooze(), &spec, Some("k1".into()), "v1", 0.0);
+        let Settlement::Snooze {
+            delivery,
+            delay,
+            key,
+        } = s
+        else {
+            panic!("not snoozed: {s:?}");
+        };
+        assert_eq!(
+            (delivery.attempt, delay, key.as_deref()),
+            (3, Duration::from_secs(30), Some("k1")),
+            "on the last attempt too, and the key is let go"
+        );
+        d.snoozes = 2;
+        let s = settlement_for(d, snooze(), &spec, None, "v1", 0.0);
+        let Settlement::Dead { reason, error, .. } = s else {
+            panic!("not dead: {s:?}");
+        };
+        assert_eq!(
+            reason,
+            "snoozed 2 time(s), the most `retry.max_snoozes` allows, and asked for 30s more"
+        );
+        assert_eq!(error, None);
     }
 
     #[test]

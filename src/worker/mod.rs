@@ -5,7 +5,9 @@
 //!    prefetch allows;
 //! 2. the admitter ([`admit`]) turns away what must not run (over the attempt
 //!    limit, key done or busy) and takes the idempotency keys of the rest;
-//! 3. `concurrency` callers ([`call`]) run the handler;
+//! 3. `concurrency` callers ([`call`]) run the handler, one delivery a call
+//!    or, for a batch handler, up to its `batch_size` ([`batch`]); a call
+//!    that asks for more time has its leases kept meanwhile ([`keep`]);
 //! 4. the settler ([`settle`]) writes outcomes back in batches.
 //!
 //! Every way an attempt can end is turned into a broker [`Settlement`] in one
@@ -25,11 +27,13 @@ use crate::error::chain;
 use crate::message::Delivery;
 use crate::metrics::HandlerMetrics;
 use crate::pause::Paused;
-use crate::runtime::{Handler, Invocation};
+use crate::runtime::{BatchInvocation, Deadline, Handler, Invocation};
 use crate::trace::Exporter;
 
 mod admit;
+mod batch;
 mod call;
+mod keep;
 mod settle;
 mod supervise;
 
@@ -43,15 +47,56 @@ const MAX_IDLE_POLL: Duration = Duration::from_millis(50);
 /// benchmarks and tests.
 #[async_trait]
 pub trait Dispatch: Send + Sync + 'static {
-    async fn invoke(&self, delivery: &Delivery) -> Invocation;
+    /// Handle one delivery by `deadline`.
+    async fn invoke(&self, delivery: &Delivery, deadline: &Deadline) -> Invocation;
+
+    /// Whether its calls take batches ([`Dispatch::invoke_batch`]).
+    fn batch(&self) -> bool {
+        false
+    }
+
+    /// Handle `deliveries` by `deadline`, one outcome each. By default one
+    /// call each, in turn: the batch fails with the first call that fails.
+    async fn invoke_batch(&self, deliveries: &[Delivery], deadline: &Deadline) -> BatchInvocation {
+        let mut outcomes = Vec::with_capacity(deliveries.len());
+        let mut publishes = Vec::new();
+        for d in deliveries {
+            let one = self.invoke(d, deadline).await;
+            match one.result {
+                Ok(outcome) => outcomes.push(outcome),
+                Err(f) => {
+                    return BatchInvocation {
+                        result: Err(f),
+                        publishes: Vec::new(),
+                        instantiate: None,
+                    };
+                }
+            }
+            publishes.extend(one.publishes);
+        }
+        BatchInvocation {
+            result: Ok(outcomes),
+            publishes,
+            instantiate: None,
+        }
+    }
+
     /// The version recorded with dead letters and log lines.
     fn version(&self) -> &str;
 }
 
 #[async_trait]
 impl Dispatch for Handler {
-    async fn invoke(&self, delivery: &Delivery) -> Invocation {
-        Handler::invoke(self, delivery).await
+    async fn invoke(&self, delivery: &Delivery, deadline: &Deadline) -> Invocation {
+        Handler::invoke(self, delivery, deadline).await
+    }
+
+    fn batch(&self) -> bool {
+        self.world().is_batch()
+    }
+
+    async fn invoke_batch(&self, deliveries: &[Delivery], deadline: &Deadline) -> BatchInvocation {
+        Handler::invoke_batch(self, deliveries, deadline).await
     }
 
     fn version(&self) -> &str {
@@ -199,14 +244,20 @@ impl QueueWorker {
         let (jobs_tx, jobs_rx) = mpsc::unbounded_channel::<Job>();
         let jobs: Jobs = Arc::new(Mutex::new(jobs_rx));
         for _ in 0..spec.concurrency {
-            stages.spawn(call::call_loop(
-                jobs.clone(),
-                self.dispatch.clone(),
-                spec.clone(),
-                self.observe.clone(),
-                settle_tx.clone(),
-                stop.clone(),
-            ));
+            let caller = call::Caller {
+                jobs: jobs.clone(),
+                broker: self.broker.clone(),
+                dispatch: self.dispatch.clone(),
+                spec: spec.clone(),
+                observe: self.observe.clone(),
+                settle_tx: settle_tx.clone(),
+                stop: stop.clone(),
+            };
+            if self.dispatch.batch() {
+                stages.spawn(batch::batch_loop(caller));
+            } else {
+                stages.spawn(call::call_loop(caller));
+            }
         }
         // The admitter takes keys for one batch while the next is read.
         stages.spawn(admit::admit_loop(

@@ -169,6 +169,15 @@ mod tests {
             Ok(())
         }
 
+        async fn extend(
+            &self,
+            _: &str,
+            _: &[crate::broker::Lease],
+            _: Duration,
+        ) -> Result<Vec<bool>> {
+            unreachable!("the settler only settles")
+        }
+
         async fn set_ordering(
             &self,
             _queue: &str,

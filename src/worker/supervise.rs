@@ -118,6 +118,15 @@ mod tests {
             Ok(())
         }
 
+        async fn extend(
+            &self,
+            _: &str,
+            leases: &[crate::broker::Lease],
+            _: Duration,
+        ) -> Result<Vec<bool>> {
+            Ok(vec![true; leases.len()])
+        }
+
         async fn set_ordering(
             &self,
             _queue: &str,
@@ -133,7 +142,7 @@ mod tests {
 
     #[async_trait]
     impl Dispatch for PanicsOnce {
-        async fn invoke(&self, _: &Delivery) -> Invocation {
+        async fn invoke(&self, _: &Delivery, _: &crate::runtime::Deadline) -> Invocation {
             if self.0.fetch_add(1, Ordering::Relaxed) == 0 {
                 panic!("boom");
             }

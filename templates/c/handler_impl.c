@@ -1,5 +1,5 @@
-/* The {{name}} handler for sluice. The bindings (gen/handler.h) are made by
- * build.sh with wit-bindgen from wit/. */
+/* The {{name}} handler for sluice, of the world `handler`. The bindings
+ * (gen/handler.h) are made by build.sh with wit-bindgen from wit/. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,5 +48,10 @@ void exports_handler_handle(handler_message_t *message, handler_outcome_t *ret) 
             ret->tag = SLUICE_HANDLER_TYPES_OUTCOME_DONE;
         }
     }
+    /* Also possible: SLUICE_HANDLER_TYPES_OUTCOME_SNOOZE with ret->val.snooze
+     * = milliseconds puts the message off without spending an attempt; and
+     * work that may outlast the timeout asks for more time with
+     * sluice_handler_lease_extend(ms) (sluice_handler_lease_time_left() says
+     * how much is left). */
     handler_message_free(message); /* the export owns its argument */
 }

@@ -1,7 +1,7 @@
 // The {{name}} handler for sluice.
-import { log } from 'sluice:handler/log@0.1.0';
-import { get } from 'sluice:handler/config@0.1.0';
-import { publish } from 'sluice:handler/publish@0.1.0';
+import { log } from 'sluice:handler/log@0.2.0';
+import { get } from 'sluice:handler/config@0.2.0';
+import { publish } from 'sluice:handler/publish@0.2.0';
 
 export function handle(message) {
   log('info', `{{name}}: message ${message.id} attempt ${message.attempt}`);
@@ -27,5 +27,9 @@ export function handle(message) {
       return { tag: 'retry', val: undefined };
     }
   }
+  // Also possible: { tag: 'snooze', val: 1000n } puts the message off without
+  // spending an attempt (say, until a resource is free); and work that may
+  // outlast the timeout asks for more time with extend(1000n) (import
+  // { extend, timeLeft } from 'sluice:handler/lease@0.2.0').
   return { tag: 'done' };
 }

@@ -15,5 +15,5 @@ if [[ -z "$cjs" ]]; then
     node patch-componentize.mjs node_modules/@bytecodealliance/componentize-js >/dev/null
     cjs=node_modules/.bin/componentize-js
 fi
-"$cjs" app.js --wit wit --world-name handler --out {{name}}.wasm >/dev/null
+"$cjs" app.js --wit wit --world-name {{world}} --out {{name}}.wasm >/dev/null
 echo "built {{name}}.wasm"

@@ -30,4 +30,9 @@ class WitWorld(wit_world.WitWorld):
                 # A transient failure: retry after the policy's backoff
                 # (or Outcome_Retry(milliseconds) to choose the delay).
                 return types.Outcome_Retry(None)
+        # Also possible: types.Outcome_Snooze(milliseconds) puts the message
+        # off without spending an attempt (say, until a resource is free);
+        # and work that may outlast the timeout asks for more time with
+        # lease.extend(milliseconds) (`from wit_world.imports import lease`;
+        # lease.time_left() says how much is left).
         return types.Outcome_Done()

@@ -11,5 +11,5 @@ if [[ -z "$cpy" ]]; then
     fi
     cpy=.venv/bin/componentize-py
 fi
-(unset VIRTUAL_ENV; "$cpy" -q -d wit -w handler componentize app -p . -o {{name}}.wasm)
+(unset VIRTUAL_ENV; "$cpy" -q -d wit -w {{world}} componentize app -p . -o {{name}}.wasm)
 echo "built {{name}}.wasm"

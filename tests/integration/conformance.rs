@@ -572,6 +572,7 @@ mod flow;
 mod groups;
 mod keys;
 mod kv;
+mod leases;
 mod pause;
 mod replay;
 mod schedules;

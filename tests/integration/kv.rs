@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use sluice::broker::{KvStore, Result as BrokerResult};
 use sluice::message::Delivery;
-use sluice::runtime::{Failure, Runtime};
+use sluice::runtime::{Deadline, Failure, Runtime};
 
 use crate::support::{Env, guest, lines_with};
 
@@ -175,7 +175,8 @@ fn kv_call_stuck_in_the_host_times_out() {
             .with_kv(Arc::new(Stuck));
         for payload in ["get k", "incr n 1"] {
             let start = Instant::now();
-            let invocation = handler.invoke(&delivery(payload)).await;
+            let deadline = Deadline::new(handler.spec.timeout, handler.spec.max_extend);
+            let invocation = handler.invoke(&delivery(payload), &deadline).await;
             let took = start.elapsed();
             assert_eq!(
                 invocation.result,
@@ -203,5 +204,6 @@ fn delivery(payload: &str) -> Delivery {
         receipt: String::new(),
         lease_until_ms: u64::MAX,
         group: None,
+        snoozes: 0,
     }
 }

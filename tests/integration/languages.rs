@@ -30,7 +30,7 @@ pub fn shared_cache_config() -> String {
     )
 }
 
-fn component(lang: &str, name: &str) -> PathBuf {
+pub fn component(lang: &str, name: &str) -> PathBuf {
     let path = repo_root()
         .join("guests/out")
         .join(lang)

@@ -74,3 +74,4 @@ mod sqlite;
 mod support;
 mod topics;
 mod traces;
+mod wit_versions;

@@ -1,5 +1,5 @@
-//! `sluice new`: a scaffolded project in each language builds as it is, and
-//! its component serves messages.
+//! `sluice new`: a scaffolded project in each language, for each world,
+//! builds as it is, and its component serves messages.
 
 use std::process::Command;
 
@@ -37,7 +37,9 @@ fn build(dir: &std::path::Path) {
     );
 }
 
-fn scaffold_build_deploy(lang: &str) {
+/// Scaffold, build and serve a project in `lang`, of the batch world when
+/// `batch`: either handles each message alike.
+fn scaffold_build_deploy(lang: &str, batch: bool) {
     let env = Env::new();
     std::fs::write(
         env.dir.path().join("sluice.toml"),
@@ -46,7 +48,7 @@ fn scaffold_build_deploy(lang: &str) {
     .unwrap();
     let name = format!("greeter_{lang}");
     let project = env.dir.path().join("project");
-    let out = env.sluice(&[
+    let mut args = vec![
         "--json",
         "new",
         &name,
@@ -54,7 +56,11 @@ fn scaffold_build_deploy(lang: &str) {
         lang,
         "--dir",
         project.to_str().unwrap(),
-    ]);
+    ];
+    if batch {
+        args.push("--batch");
+    }
+    let out = env.sluice(&args);
     let created: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert!(
         created["files"]
@@ -68,8 +74,12 @@ fn scaffold_build_deploy(lang: &str) {
     build(&project);
     let wasm = project.join(format!("{name}.wasm"));
     let check = env.sluice(&["check", wasm.to_str().unwrap()]);
+    let world = match batch {
+        true => "sluice:handler/batch-handler@0.2.0",
+        false => "sluice:handler/handler@0.2.0",
+    };
     assert!(
-        check.contains("ok, implements sluice:handler/handler@0.1.0"),
+        check.contains(&format!("ok, implements {world}")),
         "{check}"
     );
 
@@ -83,7 +93,7 @@ fn scaffold_build_deploy(lang: &str) {
     env.send(&name, "hello", &[]);
     let log = env.run_until_idle();
     let stats = env.stats();
-    assert_eq!(stats[&name]["done"], 1, "{lang}: {log}");
+    assert_eq!(stats[&name]["done"], 1, "{lang} (batch: {batch}): {log}");
     assert!(
         log.contains(&format!("{name}: message")),
         "{lang}: the handler logged:\n{log}"
@@ -108,22 +118,42 @@ fn scaffold_build_deploy(lang: &str) {
 
 #[test]
 fn new_rust_project_builds_and_serves() {
-    scaffold_build_deploy("rust");
+    scaffold_build_deploy("rust", false);
+}
+
+#[test]
+fn new_rust_batch_project_builds_and_serves() {
+    scaffold_build_deploy("rust", true);
 }
 
 #[test]
 fn new_python_project_builds_and_serves() {
-    scaffold_build_deploy("python");
+    scaffold_build_deploy("python", false);
+}
+
+#[test]
+fn new_python_batch_project_builds_and_serves() {
+    scaffold_build_deploy("python", true);
 }
 
 #[test]
 fn new_js_project_builds_and_serves() {
-    scaffold_build_deploy("js");
+    scaffold_build_deploy("js", false);
+}
+
+#[test]
+fn new_js_batch_project_builds_and_serves() {
+    scaffold_build_deploy("js", true);
 }
 
 #[test]
 fn new_c_project_builds_and_serves() {
-    scaffold_build_deploy("c");
+    scaffold_build_deploy("c", false);
+}
+
+#[test]
+fn new_c_batch_project_builds_and_serves() {
+    scaffold_build_deploy("c", true);
 }
 
 #[test]

@@ -125,3 +125,9 @@ void outcome_reject(handler_outcome_t *ret, const char *reason, size_t len) {
     /* Freed by the generated post-return function. */
     handler_string_dup_n(&ret->val.reject, reason, len);
 }
+
+void outcome_snooze(handler_outcome_t *ret, uint64_t delay_ms) {
+    memset(ret, 0, sizeof *ret);
+    ret->tag = SLUICE_HANDLER_TYPES_OUTCOME_SNOOZE;
+    ret->val.snooze = delay_ms;
+}

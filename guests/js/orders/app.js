@@ -22,10 +22,10 @@
 // - an imported function returning result<T, E> (`publish`, `publishToTopic`,
 //   whose u32 is a Number) returns the ok value and throws on err: a `ComponentError` (an Error subclass, not exported) with
 //   the err value in `.payload` (and as `.message` when it is a string).
-import { log } from 'sluice:handler/log@0.1.0';
-import { publish, publishToTopic } from 'sluice:handler/publish@0.1.0';
-import { get as configGet } from 'sluice:handler/config@0.1.0';
-import { increment } from 'sluice:handler/kv@0.1.0';
+import { log } from 'sluice:handler/log@0.2.0';
+import { publish, publishToTopic } from 'sluice:handler/publish@0.2.0';
+import { get as configGet } from 'sluice:handler/config@0.2.0';
+import { increment } from 'sluice:handler/kv@0.2.0';
 
 const DEFAULT_RETRY_DELAY_MS = 10n;
 const DEFAULT_FOLLOWUP_QUEUE = 'shipping';

@@ -1,5 +1,5 @@
 // Lets node run the guests natively for unit tests: the WIT imports
-// ('sluice:handler/log@0.1.0', ...) all resolve to the fake host in
+// ('sluice:handler/log@0.2.0', ...) all resolve to the fake host in
 // fake-host.mjs. Used as `node --import ./test/register.mjs --test`.
 import { register } from 'node:module';
 

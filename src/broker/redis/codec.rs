@@ -37,6 +37,8 @@ pub struct Entry {
     pub dead_attempts: u64,
     /// The ordered group the message is in.
     pub group: Option<String>,
+    /// Times the handler snoozed the message.
+    pub snoozes: u64,
 }
 
 impl Entry {
@@ -65,6 +67,7 @@ impl Entry {
                 Some(b"v") => e.version = Some(utf8(value)).filter(|s| !s.is_empty()),
                 Some(b"n") => e.dead_attempts = number(&value).unwrap_or(0),
                 Some(b"g") => e.group = Some(utf8(value)).filter(|g| !g.is_empty()),
+                Some(b"s") => e.snoozes = number(&value).unwrap_or(0),
                 _ => {}
             }
         }
@@ -109,6 +112,7 @@ impl Entry {
             receipt,
             lease_until_ms,
             group: self.group,
+            snoozes: self.snoozes as u32,
         }
     }
 

@@ -19,7 +19,7 @@ use super::{
     DONE_PREFIX, GROUP, LEASE_PREFIX, QueueKeys, RedisBroker, idem_key, lease_value, relay, scripts,
 };
 use crate::broker::{
-    BrokerError, ClaimState, Flow, KeyClaim, OrderedGroups, Queue, Result, Settlement,
+    BrokerError, ClaimState, Flow, KeyClaim, Lease, OrderedGroups, Queue, Result, Settlement,
 };
 use crate::message::{Delivery, NewMessage, new_id, now_ms};
 
@@ -127,6 +127,36 @@ impl Queue for RedisBroker {
             }
         }
         Ok(())
+    }
+
+    async fn extend(&self, queue: &str, leases: &[Lease], lease: Duration) -> Result<Vec<bool>> {
+        let keys = QueueKeys::new(queue);
+        let mut script = scripts::EXTEND.prepare_invoke();
+        script
+            .key(&keys.stream)
+            .arg(GROUP)
+            .arg(&self.consumer)
+            .arg(lease.as_millis() as u64);
+        let mut kidx = 1;
+        for l in leases {
+            let (entry, count) = codec::parse_receipt(&l.receipt);
+            script.arg(entry).arg(count);
+            match &l.key {
+                Some(k) => {
+                    kidx += 1;
+                    script.key(idem_key(queue, k)).arg(kidx);
+                }
+                None => {
+                    script.arg(0);
+                }
+            }
+            script.arg(&l.receipt);
+        }
+        let held: Vec<u8> = script
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(classify)?;
+        Ok(held.into_iter().map(|h| h == 1).collect())
     }
 
     async fn set_ordering(&self, queue: &str, ordering: Option<&OrderedGroups>) -> Result<()> {
@@ -368,6 +398,7 @@ fn settle_args(script: &mut redis::ScriptInvocation<'_>, s: &Settlement, kidx: u
         Settlement::Duplicate { .. } => "U",
         Settlement::Retry { .. } => "R",
         Settlement::Defer { .. } => "F",
+        Settlement::Snooze { .. } => "Z",
         Settlement::Dead { .. } => "X",
     };
     script
@@ -389,7 +420,7 @@ fn settle_args(script: &mut redis::ScriptInvocation<'_>, s: &Settlement, kidx: u
             script.arg(delay.as_millis() as u64).arg(error);
             Vec::new()
         }
-        Settlement::Defer { delay, .. } => {
+        Settlement::Defer { delay, .. } | Settlement::Snooze { delay, .. } => {
             script.arg(delay.as_millis() as u64);
             Vec::new()
         }
@@ -504,6 +535,7 @@ mod tests {
             receipt: "1-0 1".into(),
             lease_until_ms,
             group: None,
+            snoozes: 0,
         }
     }
 

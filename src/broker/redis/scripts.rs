@@ -19,7 +19,8 @@
 //! redrives the message has been through (when not 0; written by `REPLAY`,
 //! then carried along like every other field, into the dead letter too),
 //! `g` the message's ordered group (when it has one; `w` its due time while
-//! it waits for its group, see `enqueue_grouped`).
+//! it waits for its group, see `enqueue_grouped`), `s` the times the handler
+//! snoozed it (when not 0; a replay starts again from 0).
 //! Dead letters add `r` reason, `v` handler version and `n` attempts; the
 //! time of death is the dead entry's id, so `REPLAY`'s cut-off is the end of
 //! an `XRANGE` and agrees with what `dlq list` shows. (A field written from
@@ -375,6 +376,36 @@ return {1}
     ))
 });
 
+/// KEYS: stream, then the idempotency keys the leases hold. ARGV: group,
+/// consumer, lease ms, then per lease its entry, delivery count, key index
+/// (0 = none) and holder (the delivery's receipt). Each lease that is still
+/// this consumer's at this delivery count starts again (`XCLAIM JUSTID`
+/// resets the entry's idle time without counting a delivery), and so does
+/// its key's lease if the key still holds it. Returns 1 per lease kept, 0
+/// per lease lost.
+pub static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local S, group, consumer, lease = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local out = {}
+for i = 4, #ARGV, 4 do
+  local entry, count, kidx, holder = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
+  local p = redis.call('XPENDING', S, group, entry, entry, 1)
+  if p[1] ~= nil and p[1][2] == consumer and tonumber(p[1][4]) == tonumber(count) then
+    redis.call('XCLAIM', S, group, consumer, 0, entry, 'JUSTID')
+    if kidx > 0 and redis.call('GET', KEYS[kidx]) == 'L:' .. holder then
+      redis.call('PEXPIRE', KEYS[kidx], lease)
+    end
+    table.insert(out, 1)
+  else
+    table.insert(out, 0)
+  end
+end
+return out
+"#,
+    )
+});
+
 /// KEYS: idempotency keys whose `SET NX GET` found the claiming delivery's
 /// own lease (it claimed again). ARGV: lease ms, then one holder (the
 /// delivery's receipt) per key. Checks and renews in one step, because in
@@ -414,6 +445,7 @@ return out
 ///   U (duplicate): nothing
 ///   R (retry):     delay ms, error
 ///   F (defer):     delay ms
+///   Z (snooze):    delay ms; a defer that also counts one more snooze
 ///   X (dead):      reason, error, version, notice count (0 or 1), then 6
 ///                  per notice as for D; the notice is written to the outbox
 ///                  with the dead letter
@@ -523,7 +555,7 @@ while i <= #ARGV do
     else
       table.insert(lost, id)
     end
-  elseif kind == 'R' or kind == 'F' then
+  elseif kind == 'R' or kind == 'F' or kind == 'Z' then
     local delay = tonumber(ARGV[i])
     local f = owned(entry, count) and body(entry)
     if f then
@@ -533,6 +565,9 @@ while i <= #ARGV do
         counts.retried = counts.retried + 1
       else
         set_field(f, 'a', tostring(attempt - 1))
+        if kind == 'Z' then
+          set_field(f, 's', tostring(tonumber(get_field(f, 's') or '0') + 1))
+        end
       end
       remove(entry)
       enqueue(S, Z, H, id, f, now + delay, now)

@@ -15,8 +15,9 @@ use super::{dead, groups, kv, presence, queue, schedules, topics};
 /// lease past `max_in_flight` and `rate`. Version 5 also has the
 /// `schedule_ticks` table. Version 6 added ordered groups (the `grp` and
 /// `held_due` columns, the `orderings` and `blocked` tables): an earlier
-/// host would lease a group's waiting messages out of order.
-pub(super) const VERSION: i64 = 6;
+/// host would lease a group's waiting messages out of order. Version 7
+/// added `messages.snoozes`: an earlier host's queries would not find it.
+pub(super) const VERSION: i64 = 7;
 
 /// Columns added after their table was first released: table, column,
 /// definition. The definitions must have defaults, since rows exist.
@@ -31,6 +32,8 @@ const ADDED: &[(&str, &str, &str)] = &[
     ("messages", "held_due", "INTEGER"),
     ("dead", "grp", "TEXT"),
     ("counters", "ungrouped", "INTEGER NOT NULL DEFAULT 0"),
+    // Version 7: snoozes.
+    ("messages", "snoozes", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 /// Create every role's tables that are missing, then bring the file up to

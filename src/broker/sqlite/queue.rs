@@ -11,7 +11,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{SqliteBroker, classify, dead, groups};
 use crate::broker::codec::{decode_headers, encode_headers, lease_expired};
-use crate::broker::{ClaimState, Flow, KeyClaim, OrderedGroups, Queue, Rate, Result, Settlement};
+use crate::broker::{
+    ClaimState, Flow, KeyClaim, Lease, OrderedGroups, Queue, Rate, Result, Settlement,
+};
 use crate::message::{Delivery, NewMessage, new_id, now_ms};
 
 pub(super) const SCHEMA: &str = "
@@ -30,7 +32,8 @@ CREATE TABLE IF NOT EXISTS messages (
     last_error  TEXT,
     redrives    INTEGER NOT NULL DEFAULT 0,
     grp         TEXT,
-    held_due    INTEGER
+    held_due    INTEGER,
+    snoozes     INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS messages_due ON messages (queue, visible_at);
 CREATE TABLE IF NOT EXISTS keys (
@@ -98,6 +101,12 @@ impl Queue for SqliteBroker {
         // The broker thread needs its own copy.
         let settlements = settlements.to_vec();
         self.call(move |conn| settle(conn, settlements)).await
+    }
+
+    async fn extend(&self, queue: &str, leases: &[Lease], lease: Duration) -> Result<Vec<bool>> {
+        let (queue, leases) = (queue.to_string(), leases.to_vec());
+        self.call(move |conn| extend(conn, &queue, &leases, lease))
+            .await
     }
 
     async fn set_ordering(&self, queue: &str, ordering: Option<&OrderedGroups>) -> Result<()> {
@@ -308,7 +317,8 @@ fn pick_due(
 ) -> Result<Vec<(i64, Delivery)>> {
     let mut select = conn
         .prepare_cached(
-            "SELECT seq, id, key, payload, headers, attempt, enqueued_at, leased, last_error, grp
+            "SELECT seq, id, key, payload, headers, attempt, enqueued_at, leased, last_error, grp,
+                    snoozes
              FROM messages WHERE queue = ?1 AND visible_at <= ?2
              ORDER BY visible_at, seq LIMIT ?3",
         )
@@ -335,6 +345,7 @@ fn pick_due(
                 receipt: format!("{:016x}", rand::random::<u64>()),
                 lease_until_ms: lease_until,
                 group: row.get(9)?,
+                snoozes: row.get(10)?,
             };
             Ok((row.get(0)?, delivery))
         })
@@ -455,7 +466,18 @@ fn settle_one(conn: &Connection, s: Settlement, now: i64) -> Result<Option<Count
             delay,
             key,
         } => {
-            if !defer(conn, &delivery, now + delay.as_millis() as i64)? {
+            if !defer(conn, &delivery, now + delay.as_millis() as i64, 0)? {
+                return Ok(None);
+            }
+            release_key(conn, &delivery, key.as_deref())?;
+            Counted::Nothing
+        }
+        Settlement::Snooze {
+            delivery,
+            delay,
+            key,
+        } => {
+            if !defer(conn, &delivery, now + delay.as_millis() as i64, 1)? {
                 return Ok(None);
             }
             release_key(conn, &delivery, key.as_deref())?;
@@ -543,17 +565,48 @@ fn put_back(conn: &Connection, d: &Delivery, at: i64, error: &str) -> Result<boo
     Ok(n == 1)
 }
 
-/// Make a leased message due again at `at`, giving back its attempt;
-/// false when the lease was lost.
-fn defer(conn: &Connection, d: &Delivery, at: i64) -> Result<bool> {
+/// Make a leased message due again at `at`, giving back its attempt and
+/// adding `snoozes` to its snoozes; false when the lease was lost.
+fn defer(conn: &Connection, d: &Delivery, at: i64, snoozes: u32) -> Result<bool> {
     let n = conn
         .prepare_cached(
-            "UPDATE messages SET leased = 0, visible_at = ?3, attempt = MAX(attempt - 1, 0)
+            "UPDATE messages SET leased = 0, visible_at = ?3, attempt = MAX(attempt - 1, 0),
+             snoozes = snoozes + ?4
              WHERE id = ?1 AND receipt = ?2",
         )
-        .and_then(|mut s| s.execute(params![d.id, d.receipt, at]))
+        .and_then(|mut s| s.execute(params![d.id, d.receipt, at, snoozes]))
         .map_err(classify)?;
     Ok(n == 1)
+}
+
+/// Lease each delivery that still holds its lease, and the key it holds,
+/// for `lease` from now.
+fn extend(conn: &Connection, queue: &str, leases: &[Lease], lease: Duration) -> Result<Vec<bool>> {
+    let until = now_ms() as i64 + lease.as_millis() as i64;
+    let mut message = conn
+        .prepare_cached(
+            "UPDATE messages SET visible_at = ?3 WHERE id = ?1 AND receipt = ?2 AND leased = 1",
+        )
+        .map_err(classify)?;
+    let mut key = conn
+        .prepare_cached(
+            "UPDATE keys SET expires_at = ?4
+             WHERE queue = ?1 AND key = ?2 AND holder = ?3 AND done = 0",
+        )
+        .map_err(classify)?;
+    let mut held = Vec::with_capacity(leases.len());
+    for l in leases {
+        let still = message
+            .execute(params![l.id, l.receipt, until])
+            .map_err(classify)?
+            == 1;
+        if still && let Some(k) = &l.key {
+            key.execute(params![queue, k, l.receipt, until])
+                .map_err(classify)?;
+        }
+        held.push(still);
+    }
+    Ok(held)
 }
 
 fn add_counts(conn: &Connection, counts: HashMap<String, Counts>) -> Result<()> {

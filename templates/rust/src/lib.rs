@@ -28,6 +28,11 @@ impl Guest for Handler {
                 return Outcome::Retry(None);
             }
         }
+        // Also possible: Outcome::Snooze(ms) puts the message off without
+        // spending an attempt (say, until a resource is free); and work that
+        // may outlast the timeout asks for more time with
+        // sluice::handler::lease::extend(ms) (`lease::time_left()` says
+        // how much is left).
         Outcome::Done
     }
 }

@@ -1,7 +1,8 @@
 //! Shared bindings for sluice handler guests.
 //!
-//! Generates the `sluice:handler/handler` world once and re-exports what a
-//! guest needs. A guest implements [`Guest`] and calls [`export!`]:
+//! Generates the `sluice:handler/handler` world (`wit/handler.wit`, version
+//! 0.2.0) once and re-exports what a guest needs. A guest implements
+//! [`Guest`] and calls [`export!`]:
 //!
 //! ```ignore
 //! use sluice_guest::{Guest, Message, Outcome};
@@ -11,6 +12,10 @@
 //! }
 //! sluice_guest::export!(Handler);
 //! ```
+//!
+//! A batch handler (world `batch-handler`) uses the sibling crate
+//! `sluice-guest-batch` instead: one crate cannot generate both worlds, as
+//! a component built from it would then have to export both functions.
 
 /// The generated bindings. Kept in a module of their own: generating them at
 /// the crate root with `pub_export_macro` makes the macro names collide.
@@ -29,6 +34,9 @@ pub use bindings::sluice::handler::config;
 /// every call fails unless the sidecar grants `kv = true` under
 /// `[capabilities]`.
 pub use bindings::sluice::handler::kv;
+/// The call's deadline: `lease::time_left()` and `lease::extend(ms)`, for
+/// work that may outlast the handler's `limits.timeout`.
+pub use bindings::sluice::handler::lease;
 pub use bindings::sluice::handler::log::Level;
 pub use bindings::sluice::handler::publish::{self, PublishOptions};
 pub use bindings::sluice::handler::types::{DelayMs, Message, Outcome};
