@@ -5,8 +5,8 @@
 //!   --redis-messages N messages per Redis drain (default 200000)
 //!   --calls N         calls per invocation benchmark (default 20000)
 //!   --lang L          the guest language of the invocation benchmark (default rust)
-//!   --only NAME       run one section: invoke | trace | drain | languages | batch | redis |
-//!                     reload | restart
+//!   --only NAMES      run only these sections, comma-separated: invoke, trace, drain,
+//!                     languages, batch, redis, reload, restart
 //!   --rounds N        rounds of the metrics-cost drains (default 1): reuse
 //!                     with metrics off, on, and scraped, in rotating order
 //!                     each round; the medians of the per-round ratios
@@ -935,7 +935,11 @@ fn main() {
         .unwrap();
     rt.block_on(async {
         let runtime = Runtime::new().unwrap();
-        let run = |s: &str| args.only.as_deref().is_none_or(|o| o == s);
+        let run = |s: &str| {
+            args.only
+                .as_deref()
+                .is_none_or(|o| o.split(',').any(|o| o == s))
+        };
         if run("invoke") {
             invoke_costs(&runtime, &args.lang, "hello", args.calls, args.calls).await;
         }

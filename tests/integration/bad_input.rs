@@ -79,17 +79,17 @@ fn check_names_what_is_wrong() {
     let env = Env::new();
     let ok = env.sluice(&["check", guest("orders").to_str().unwrap()]);
     assert!(
-        ok.contains("ok, implements sluice:handler/handler@0.1.0"),
+        ok.contains("ok, implements sluice:handler/handler@0.2.0"),
         "{ok}"
     );
     assert!(
-        ok.contains("import sluice:handler/publish@0.1.0") && ok.contains("export handle"),
+        ok.contains("import sluice:handler/publish@0.2.0") && ok.contains("export handle"),
         "{ok}"
     );
     let json: serde_json::Value =
         serde_json::from_str(&env.sluice(&["--json", "check", guest("hello").to_str().unwrap()]))
             .unwrap();
-    assert_eq!(json["world"], "sluice:handler/handler@0.1.0");
+    assert_eq!(json["world"], "sluice:handler/handler@0.2.0");
     assert!(json["size"].as_u64().unwrap() > 1000);
 
     // What the sandbox will refuse is named.

@@ -77,7 +77,7 @@ fn kv_without_grant_is_a_clear_error_and_the_host_keeps_serving(env: Env) {
     // `sluice check` says what the import needs.
     let check = env.sluice(&["check", guest("kv_probe").to_str().unwrap()]);
     assert!(
-        check.contains("import sluice:handler/kv@0.1.0  (refused: the key-value store is granted only by `kv = true` under [capabilities]"),
+        check.contains("import sluice:handler/kv@0.2.0  (refused: the key-value store is granted only by `kv = true` under [capabilities]"),
         "{check}"
     );
 }
