@@ -6,7 +6,7 @@
 //!   --calls N         calls per invocation benchmark (default 20000)
 //!   --lang L          the guest language of the invocation benchmark (default rust)
 //!   --only NAMES      run only these sections, comma-separated: invoke, trace, drain,
-//!                     languages, batch, redis, reload, restart
+//!                     languages, batch, redis, latency, reload, restart
 //!   --rounds N        rounds of the metrics-cost drains (default 1): reuse
 //!                     with metrics off, on, and scraped, in rotating order
 //!                     each round; the medians of the per-round ratios
@@ -970,6 +970,9 @@ fn main() {
         if run("batch") {
             bench_batches(&runtime, 5_000).await;
         }
+        if run("latency") {
+            latency::bench(&runtime).await;
+        }
         if run("restart") {
             // The largest guest in guests/ (Python orders), and the Rust ones.
             bench_restart("python", "orders").await;
@@ -999,4 +1002,233 @@ fn main() {
             bench_reload(20).await;
         }
     });
+}
+
+/// Latency: how long a message takes from its publish to its ack as done,
+/// under an open-loop load at 50% and 80% of the maximum rate (measured by
+/// a drain of the same handler just before), on SQLite and Redis, for the
+/// native no-op, `hello` fresh and `hello` reuse.
+mod latency {
+    use super::*;
+    use sluice::broker::{ClaimState, Flow, KeyClaim, Lease, Queue, Settlement};
+
+    /// How long each load runs, and how much of its start is left out.
+    const LOAD: Duration = Duration::from_secs(4);
+    const WARMUP: Duration = Duration::from_millis(500);
+    /// Messages of the drain that measures the maximum rate.
+    const DRAIN: usize = 50_000;
+
+    /// The queue role, noting for every done settlement it writes how long
+    /// its message took since its publish: the nanoseconds since `origin`
+    /// that the publisher wrote at the start of the payload.
+    struct AckTimed {
+        inner: Arc<dyn Broker>,
+        origin: Instant,
+        samples: std::sync::Mutex<Vec<(u64, u64)>>,
+    }
+
+    #[async_trait]
+    impl Queue for AckTimed {
+        async fn publish(&self, m: Vec<NewMessage>) -> sluice::broker::Result<Vec<String>> {
+            self.inner.publish(m).await
+        }
+        async fn receive(
+            &self,
+            q: &str,
+            max: usize,
+            lease: Duration,
+            flow: Flow,
+        ) -> sluice::broker::Result<Vec<Delivery>> {
+            self.inner.receive(q, max, lease, flow).await
+        }
+        async fn claim(
+            &self,
+            q: &str,
+            claims: &[KeyClaim],
+            lease: Duration,
+        ) -> sluice::broker::Result<Vec<ClaimState>> {
+            self.inner.claim(q, claims, lease).await
+        }
+        async fn settle(&self, settlements: &[Settlement]) -> sluice::broker::Result<()> {
+            self.inner.settle(settlements).await?;
+            let now = self.origin.elapsed().as_nanos() as u64;
+            let mut samples = self.samples.lock().unwrap();
+            for s in settlements {
+                if let Settlement::Done { delivery, .. } = s {
+                    let sent = std::str::from_utf8(&delivery.payload[..20])
+                        .ok()
+                        .and_then(|t| t.parse::<u64>().ok())
+                        .expect("a payload stamped by the publisher");
+                    samples.push((sent, now.saturating_sub(sent)));
+                }
+            }
+            Ok(())
+        }
+        async fn extend(
+            &self,
+            q: &str,
+            leases: &[Lease],
+            lease: Duration,
+        ) -> sluice::broker::Result<Vec<bool>> {
+            self.inner.extend(q, leases, lease).await
+        }
+        async fn set_ordering(
+            &self,
+            q: &str,
+            o: Option<&OrderedGroups>,
+        ) -> sluice::broker::Result<()> {
+            self.inner.set_ordering(q, o).await
+        }
+    }
+
+    /// p50, p99 and p99.9 of one load, in ms.
+    struct Percentiles {
+        p50: f64,
+        p99: f64,
+        p999: f64,
+        count: usize,
+    }
+
+    /// Publish to `hello` at `rate` a second for [`LOAD`], a batch every
+    /// millisecond, while `dispatch` serves it; the latencies of the
+    /// messages published after [`WARMUP`].
+    async fn load(
+        broker: Arc<dyn Broker>,
+        dispatch: Arc<dyn Dispatch>,
+        spec: HandlerSpec,
+        rate: f64,
+    ) -> Percentiles {
+        let origin = Instant::now();
+        let timed = Arc::new(AckTimed {
+            inner: broker.clone(),
+            origin,
+            samples: std::sync::Mutex::new(Vec::new()),
+        });
+        let worker = QueueWorker::new(timed.clone(), dispatch, spec);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(worker.serve(stop_rx, Duration::from_secs(10)));
+        let mut tick = tokio::time::interval(Duration::from_millis(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+        let (mut owed, mut sent) = (0.0, 0usize);
+        while origin.elapsed() < LOAD {
+            tick.tick().await;
+            owed += rate / 1000.0;
+            let n = owed as usize;
+            owed -= n as f64;
+            if n == 0 {
+                continue;
+            }
+            let stamp = format!("{:020}", origin.elapsed().as_nanos());
+            let payload = format!("{stamp:x<100}").into_bytes();
+            let batch = (0..n)
+                .map(|_| NewMessage::new("hello", payload.clone()))
+                .collect();
+            broker.publish(batch).await.unwrap();
+            sent += n;
+        }
+        let until = Instant::now() + Duration::from_secs(30);
+        while timed.samples.lock().unwrap().len() < sent {
+            assert!(Instant::now() < until, "the load did not drain");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let _ = stop_tx.send(true);
+        task.await.unwrap();
+        let warm = WARMUP.as_nanos() as u64;
+        let mut ms: Vec<f64> = timed
+            .samples
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(sent, _)| *sent >= warm)
+            .map(|(_, took)| *took as f64 / 1e6)
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        let at = |p: f64| ms[((ms.len() - 1) as f64 * p).round() as usize];
+        Percentiles {
+            p50: at(0.50),
+            p99: at(0.99),
+            p999: at(0.999),
+            count: ms.len(),
+        }
+    }
+
+    /// Each handler's maximum rate over `name`'s broker, then its latencies
+    /// at 50% and 80% of it.
+    async fn on(
+        runtime: &Runtime,
+        name: &str,
+        base: Settings,
+        mut fresh_broker: impl AsyncFnMut() -> Arc<dyn Broker>,
+    ) {
+        let spec = tuned(
+            load_in(runtime, "rust", "hello", InstanceMode::Fresh)
+                .spec
+                .clone(),
+            base,
+        );
+        let mut p99_at_half = Vec::new();
+        for label in ["native", "hello fresh", "hello reuse"] {
+            let dispatch: Arc<dyn Dispatch> = match label {
+                "native" => Arc::new(NativeNoop),
+                "hello fresh" => Arc::new(super::load(runtime, "hello", InstanceMode::Fresh)),
+                _ => Arc::new(super::load(runtime, "hello", InstanceMode::Reuse)),
+            };
+            let max = drain(
+                &format!("{name} {label}"),
+                fresh_broker().await,
+                dispatch.clone(),
+                spec.clone(),
+                DRAIN,
+                Observed::Off,
+            )
+            .await
+            .rate;
+            for share in [0.5, 0.8] {
+                let rate = max * share;
+                let p = load(fresh_broker().await, dispatch.clone(), spec.clone(), rate).await;
+                println!(
+                    "latency {name:<6} {label:<12} {:>3.0}% ({rate:>7.0} msg/s): p50 {:>7.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  ({} messages)",
+                    share * 100.0,
+                    p.p50,
+                    p.p99,
+                    p.p999,
+                    p.count
+                );
+                if share == 0.5 {
+                    p99_at_half.push((label, p.p99));
+                }
+            }
+        }
+        let native = p99_at_half[0].1;
+        for (label, p99) in &p99_at_half[1..] {
+            println!(
+                "ratio   {name} {label}: p99 at 50% load is {:.2} × native's (target ≤ 1.10 ×)",
+                p99 / native
+            );
+        }
+    }
+
+    pub async fn bench(runtime: &Runtime) {
+        let defaults = Settings {
+            concurrency: None,
+            prefetch: None,
+        };
+        on(runtime, "sqlite", defaults, async || {
+            let dir = tempfile::tempdir().unwrap().keep();
+            Arc::new(SqliteBroker::open(dir.join("bench.db")).unwrap()) as Arc<dyn Broker>
+        })
+        .await;
+        let server = RedisProcess::start();
+        REDIS_URL.with(|u| *u.borrow_mut() = Some(server.url.clone()));
+        let fast = Settings {
+            concurrency: Some(64),
+            prefetch: Some(4096),
+        };
+        on(runtime, "redis", fast, async || {
+            server.flush().await;
+            Arc::new(RedisBroker::connect(&server.url).await.unwrap()) as Arc<dyn Broker>
+        })
+        .await;
+        REDIS_URL.with(|u| *u.borrow_mut() = None);
+    }
 }
