@@ -390,3 +390,52 @@ fn js_examples() {
 fn c_examples() {
     same_outcomes("c");
 }
+
+/// Fresh mode keeps nothing from one message to the next: `hello` counts
+/// its instance's calls in a global, and every message of a fresh handler
+/// sees 1, in every language. The same handler in reuse mode counts up, so
+/// the count is one the test would see.
+fn fresh_instances_start_clean(lang: &str) {
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("sluice.toml"), shared_cache_config()).unwrap();
+    for (name, mode) in [("fresh", "fresh"), ("warm", "reuse")] {
+        std::fs::copy(
+            component(lang, "hello"),
+            env.handlers.join(format!("{name}.wasm")),
+        )
+        .unwrap();
+        std::fs::write(
+            env.handlers.join(format!("{name}.toml")),
+            format!("instance_mode = \"{mode}\"\nconcurrency = 1\n"),
+        )
+        .unwrap();
+        for i in 0..5 {
+            env.send(name, &format!("message {i}"), &[]);
+        }
+    }
+    let log = env.run_until_idle();
+    let calls = |handler: &str| -> Vec<u32> {
+        lines_with(&log, "hello from sluice: message")
+            .into_iter()
+            .filter(|l| {
+                l.contains(&format!("handler=\"{handler}\""))
+                    || l.contains(&format!("handler={handler} "))
+            })
+            .map(|l| {
+                let after = l.split(", call ").nth(1).expect("the call count");
+                after.split(' ').next().unwrap().parse().unwrap()
+            })
+            .collect()
+    };
+    assert_eq!(calls("fresh"), [1, 1, 1, 1, 1], "{lang}: {log}");
+    let mut warm = calls("warm");
+    warm.sort();
+    assert_eq!(warm, [1, 2, 3, 4, 5], "{lang}: one warm instance counts up");
+}
+
+#[test]
+fn fresh_instances_start_clean_in_every_language() {
+    for lang in ["rust", "c", "python", "js"] {
+        fresh_instances_start_clean(lang);
+    }
+}

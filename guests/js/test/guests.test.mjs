@@ -21,7 +21,7 @@ function msg(payload, attempt = 1) {
 test('hello logs and acks', () => {
   reset();
   assert.deepEqual(hello(msg('x', 3)), { tag: 'done' });
-  assert.deepEqual(state.logs, [['info', 'hello from sluice: message m-1 attempt 3']]);
+  assert.deepEqual(state.logs, [['info', 'hello from sluice: message m-1 attempt 3, call 1 of this instance']]);
 });
 
 test('orders rejects bad input', () => {
