@@ -22,6 +22,8 @@ pub(super) struct Reader {
     group_ready: bool,
     cursor: String,
     last_maintain: Option<Instant>,
+    /// Rate tokens taken for the next read (a queue with a `rate` alone).
+    tokens: usize,
 }
 
 impl RedisBroker {
@@ -37,6 +39,7 @@ impl RedisBroker {
             group_ready: false,
             cursor: "0-0".into(),
             last_maintain: None,
+            tokens: 0,
         }));
         readers.insert(queue.to_string(), reader.clone());
         Ok(reader)
@@ -94,8 +97,12 @@ impl RedisBroker {
         Ok(out)
     }
 
-    /// Up to `count` new entries within `rate`: tokens granted by `TOKENS`,
-    /// a plain read of as many, and the tokens it did not use given back.
+    /// Up to `count` new entries within `rate`, read only with tokens the
+    /// bucket granted before: never more than the rate. With none held,
+    /// tokens are taken (`TOKENS`), then as many entries read. While the
+    /// queue is busy, each read also takes the tokens of the next in the
+    /// same round trip, so a rate that does not bind costs no round trip;
+    /// a read that finds nothing gives back what is held, for other hosts.
     /// `spent` deliveries of this batch were reclaimed already and take
     /// their tokens too.
     async fn read_rated(
@@ -107,18 +114,74 @@ impl RedisBroker {
         lease: Duration,
         rate: Rate,
     ) -> Result<Vec<Delivery>> {
-        let granted = self.tokens(keys, rate, count, -(spent as i64)).await?;
-        if granted == 0 {
-            return Ok(Vec::new());
+        let spent = -(spent as i64);
+        let read = if reader.tokens == 0 {
+            let granted = self.tokens(keys, rate, count, spent).await?;
+            if granted == 0 {
+                return Ok(Vec::new());
+            }
+            reader.tokens = granted;
+            self.read_new(reader, keys, queue, granted, block, lease)
+                .await?
+        } else {
+            self.read_and_take(reader, keys, queue, count, spent, lease, rate)
+                .await?
+        };
+        reader.tokens = reader.tokens.saturating_sub(read.len());
+        if read.is_empty() && reader.tokens > 0 {
+            let back = std::mem::take(&mut reader.tokens);
+            self.tokens(keys, rate, 0, back as i64).await?;
         }
-        let read = self
-            .read_new(reader, keys, queue, granted, block, lease)
-            .await;
-        let unused = granted - read.as_ref().map_or(0, Vec::len);
-        if unused > 0 {
-            self.tokens(keys, rate, 0, unused as i64).await?;
+        Ok(read)
+    }
+
+    /// Read with the tokens held (without blocking), and take the next
+    /// read's in the same round trip: enough to hold `count` again.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_and_take(
+        &self,
+        reader: &mut Reader,
+        keys: &QueueKeys,
+        queue: &str,
+        count: usize,
+        spent: i64,
+        lease: Duration,
+        rate: Rate,
+    ) -> Result<Vec<Delivery>> {
+        let n = count.min(reader.tokens);
+        let want = count.saturating_sub(reader.tokens - n);
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVAL")
+            .arg(scripts::TOKENS_SOURCE)
+            .arg(1)
+            .arg(&keys.flow)
+            .arg(want)
+            .arg(rate.per_ms())
+            .arg(rate.burst())
+            .arg(spent);
+        pipe.cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(GROUP)
+            .arg(&self.consumer)
+            .arg("COUNT")
+            .arg(n)
+            .arg("STREAMS")
+            .arg(&keys.stream)
+            .arg(">");
+        let reply: redis::RedisResult<(i64, Value)> = pipe.query_async(&mut reader.conn).await;
+        match reply {
+            Ok((granted, read)) => {
+                reader.tokens += granted.max(0) as usize;
+                Ok(codec::read_reply(read, queue, lease.as_millis() as u64))
+            }
+            Err(e) if e.code() == Some("NOGROUP") => {
+                // The tokens taken with it are let go: the bucket refills.
+                reader.group_ready = false;
+                reader.tokens = 0;
+                Ok(Vec::new())
+            }
+            Err(e) => Err(classify(e)),
         }
-        read
     }
 
     /// Run `TOKENS`: give `back` tokens to the queue's bucket, then take up

@@ -333,23 +333,28 @@ return reply
 /// tokens to give back first (negative: to take, for deliveries reclaimed
 /// outside the bucket). Refills the queue's rate bucket by the server's
 /// clock and grants up to `count` whole tokens, taken at once. A queue with
-/// a rate and no `max in flight` reads with a plain `XREADGROUP` (which may
-/// block) after this grant, and gives back what it did not read: the
-/// grant, not the read, is what must be atomic. Returns the tokens granted.
-pub static TOKENS: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{}{}",
-        &*PRELUDE,
-        r#"
+/// a rate and no `max in flight` reads with a plain `XREADGROUP` only what
+/// it holds tokens for: see `read_rated`. Returns the tokens granted. Short
+/// and self-contained, because it is also sent whole (`EVAL`) in the
+/// pipeline of a read, where a script missing from the server's cache
+/// would fail the read beside it.
+pub static TOKENS_SOURCE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local want, per_ms, burst, back = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local now = server_now()
-local tokens = math.min(burst, refill(KEYS[1], per_ms, burst, now) + back)
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = burst
+if state[1] then
+  tokens = math.min(burst, tonumber(state[1]) + math.max(now - tonumber(state[2]), 0) * per_ms)
+end
+tokens = math.min(burst, tokens + back)
 local granted = math.min(want, math.max(math.floor(tokens), 0))
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens - granted), 'at', now)
 return granted
-"#
-    ))
-});
+"#;
+
+/// [`TOKENS_SOURCE`] as a script, for the calls outside a read's pipeline.
+pub static TOKENS: LazyLock<Script> = LazyLock::new(|| Script::new(TOKENS_SOURCE));
 
 /// KEYS: stream, delayed, bodies, groups, waiting, schedules. ARGV:
 /// schedule, tick ms, the queue's ordering the group was taken with, then,
