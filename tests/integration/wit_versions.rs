@@ -156,8 +156,9 @@ fn batch_sidecar(lang: &str, extra: &str) -> String {
     )
 }
 
-/// Every message of a batch is settled by its own outcome.
-fn batches_settle_each_message_on_its_own(lang: &str) {
+/// An environment serving `lang`'s `hello_batch` as the handler `batch`,
+/// with the sidecar `sidecar`.
+fn batch_env(lang: &str, sidecar: &str) -> Env {
     let env = Env::new();
     std::fs::write(env.dir.path().join("sluice.toml"), shared_cache_config()).unwrap();
     std::fs::copy(
@@ -165,7 +166,13 @@ fn batches_settle_each_message_on_its_own(lang: &str) {
         env.handlers.join("batch.wasm"),
     )
     .unwrap();
-    std::fs::write(env.handlers.join("batch.toml"), batch_sidecar(lang, "")).unwrap();
+    std::fs::write(env.handlers.join("batch.toml"), sidecar).unwrap();
+    env
+}
+
+/// Every message of a batch is settled by its own outcome.
+fn batches_settle_each_message_on_its_own(lang: &str) {
+    let env = batch_env(lang, &batch_sidecar(lang, ""));
     for i in 0..10 {
         env.send("batch", &format!("hello {i}"), &[]);
     }
@@ -212,16 +219,9 @@ fn batches_settle_each_message_on_its_own(lang: &str) {
 /// A list of the wrong length fails the whole batch, as a trap: each
 /// message spends its attempt, and the error gives the lengths.
 fn a_wrong_length_fails_the_whole_batch(lang: &str) {
-    let env = Env::new();
-    std::fs::write(env.dir.path().join("sluice.toml"), shared_cache_config()).unwrap();
-    std::fs::copy(
-        component(lang, "hello_batch"),
-        env.handlers.join("batch.wasm"),
-    )
-    .unwrap();
     let sidecar =
         batch_sidecar(lang, "concurrency = 1\n").replace("max_attempts = 2", "max_attempts = 1");
-    std::fs::write(env.handlers.join("batch.toml"), sidecar).unwrap();
+    let env = batch_env(lang, &sidecar);
     for payload in ["a", "wrong-length", "b"] {
         env.send("batch", payload, &[]);
     }
