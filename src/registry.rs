@@ -190,7 +190,9 @@ impl Registry {
         if let Some(m) = &self.observers.metrics {
             m.reloads.inc();
         }
-        let running = self.start(Arc::new(handler));
+        let handler = Arc::new(handler);
+        handler.prepare();
+        let running = self.start(handler);
         if let Some(old) = state.running.insert(name.to_string(), running) {
             retire(&mut state, old);
         }

@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use wasmtime::{Store, UpdateDeadline, WasmBacktrace};
+use wasmtime::{Store, WasmBacktrace};
 
+use super::instances::{Maker, Spares, Unmade, Warm};
 use super::limits::TimedOut;
 use super::world::{Answer, Instance, Pre, World};
 use super::{Deadline, Runtime};
@@ -83,12 +84,6 @@ pub struct BatchInvocation {
     pub instantiate: Option<Duration>,
 }
 
-struct Warm {
-    store: Store<HostState>,
-    instance: Instance,
-    uses: u32,
-}
-
 /// How a call on an instance ended.
 struct Called {
     result: Result<Answer, Failure>,
@@ -96,17 +91,17 @@ struct Called {
     instantiate: Option<Duration>,
 }
 
-/// One loaded version of one handler: its prepared component, its spec and,
-/// in `reuse` mode, its warm instances. Shared by the worker's callers.
+/// One loaded version of one handler: its prepared component, its spec and
+/// its instances ready for a message: warm ones in `reuse` mode, spare
+/// fresh ones in `fresh` mode. Shared by the worker's callers.
 pub struct Handler {
     pub spec: HandlerSpec,
     /// Content hash of the component (first 16 hex digits of its SHA-256).
     pub version: String,
     pub source: PathBuf,
-    context: Arc<HandlerContext>,
-    pre: Pre,
-    runtime: Runtime,
+    maker: Arc<Maker>,
     warm: Mutex<Vec<Warm>>,
+    spares: Arc<Spares>,
 }
 
 impl Handler {
@@ -131,20 +126,53 @@ impl Handler {
             call_budget: spec.call_budget,
             log: LogLimiter::new(spec.log_rate),
         });
+        let spares = match spec.instance_mode {
+            InstanceMode::Fresh => spec.concurrency,
+            InstanceMode::Reuse => 0,
+        };
         Handler {
+            maker: Arc::new(Maker {
+                runtime: runtime.clone(),
+                pre,
+                context,
+                memory: spec.memory,
+                timeout: spec.timeout,
+            }),
             spec,
             version,
             source,
-            context,
-            pre,
-            runtime: runtime.clone(),
             warm: Mutex::new(Vec::new()),
+            spares: Arc::new(Spares::new(spares)),
         }
     }
 
     /// The world its component implements.
     pub fn world(&self) -> World {
-        self.pre.world()
+        self.maker.pre.world()
+    }
+
+    /// Make spare fresh instances (`fresh` mode) in a task, so that the
+    /// first messages find them ready.
+    pub fn prepare(self: &Arc<Self>) {
+        if self.spec.instance_mode == InstanceMode::Fresh
+            && let Ok(tokio) = tokio::runtime::Handle::try_current()
+        {
+            let handler = self.clone();
+            tokio.spawn(async move { handler.tidy().await });
+        }
+    }
+
+    /// Drop the instances used by calls since the last tidy, and make spare
+    /// fresh ones (`fresh` mode): work kept off the message path, for the
+    /// caller to do once its call's settlement is passed on.
+    pub async fn tidy(&self) {
+        self.spares.tidy(&self.maker).await;
+    }
+
+    fn context(&mut self) -> &mut HandlerContext {
+        Arc::get_mut(&mut self.maker)
+            .and_then(|m| Arc::get_mut(&mut m.context))
+            .expect("a handler gets its stores before its first instance")
     }
 
     /// Give the handler its key-value store, kept in `store` under the
@@ -152,18 +180,14 @@ impl Handler {
     /// it shares its context yet. The host still refuses every call unless
     /// the sidecar grants `kv`.
     pub fn with_kv(mut self, store: Arc<dyn KvStore>) -> Self {
-        Arc::get_mut(&mut self.context)
-            .expect("a handler gets its key-value store before its first instance")
-            .kv = Some(store);
+        self.context().kv = Some(store);
         self
     }
 
     /// Give the handler the broker's topic bindings, for `publish-to-topic`.
     /// Called before the handler serves, like [`Handler::with_kv`].
     pub fn with_topics(mut self, store: Arc<dyn TopicStore>) -> Self {
-        Arc::get_mut(&mut self.context)
-            .expect("a handler gets its topics before its first instance")
-            .topics = Some(store);
+        self.context().topics = Some(store);
         self
     }
 
@@ -212,22 +236,27 @@ impl Handler {
         }
     }
 
-    /// Call the handler for `deliveries` on a warm instance, or a new one.
+    /// Call the handler for `deliveries` on a warm instance, a spare fresh
+    /// one, or one made now.
     async fn run(&self, deliveries: &[Delivery], deadline: &Deadline) -> Called {
-        let warm = match self.spec.instance_mode {
-            InstanceMode::Reuse => self.warm.lock().expect("warm pool lock").pop(),
-            InstanceMode::Fresh => None,
+        let ready = match self.spec.instance_mode {
+            InstanceMode::Reuse => self
+                .warm
+                .lock()
+                .expect("warm pool lock")
+                .pop()
+                .map(|w| (w, None)),
+            InstanceMode::Fresh => self.spares.take().map(|s| (s.warm, Some(s.took))),
         };
-        let mut instantiate = None;
-        let warm = match warm {
-            Some(w) => w,
+        let (warm, instantiate) = match ready {
+            Some(ready) => ready,
             None => {
                 let started = Instant::now();
                 let made = self.instantiate(deadline).await;
-                instantiate = Some(started.elapsed());
+                let took = Some(started.elapsed());
                 match made {
-                    Ok(w) => w,
-                    Err(f) => return failed(f, instantiate),
+                    Ok(w) => (w, took),
+                    Err(f) => return failed(f, took),
                 }
             }
         };
@@ -243,15 +272,18 @@ impl Handler {
                 let publishes = store.data_mut().take_publishes();
                 let uses = uses + 1;
                 let whole = !matches!(&answer, Answer::Many(o) if o.len() != deliveries.len());
-                if self.spec.instance_mode == InstanceMode::Reuse
-                    && uses < self.spec.max_messages_per_instance
-                    && whole
-                {
-                    self.warm.lock().expect("warm pool lock").push(Warm {
-                        store,
-                        instance,
-                        uses,
-                    });
+                let used = Warm {
+                    store,
+                    instance,
+                    uses,
+                };
+                match self.spec.instance_mode {
+                    InstanceMode::Reuse if uses < self.spec.max_messages_per_instance && whole => {
+                        self.warm.lock().expect("warm pool lock").push(used);
+                    }
+                    InstanceMode::Reuse => drop(used),
+                    // Its memory is reset off the message path, by `tidy`.
+                    InstanceMode::Fresh => self.spares.put_used(used),
                 }
                 Called {
                     result: Ok(answer),
@@ -266,16 +298,10 @@ impl Handler {
 
     /// A new instance, made by `deadline`.
     async fn instantiate(&self, deadline: &Deadline) -> Result<Warm, Failure> {
-        let mut store = self.new_store(deadline);
-        let made = by_deadline(deadline, self.pre.instantiate(&mut store)).await;
-        match made {
-            Ok(Ok(instance)) => Ok(Warm {
-                store,
-                instance,
-                uses: 0,
-            }),
-            Ok(Err(e)) => Err(classify(e, &store, true)),
-            Err(TimedOut(_)) => Err(Failure::Timeout(format!(
+        match self.maker.make(deadline).await {
+            Ok(warm) => Ok(warm),
+            Err(Unmade::Failed(e, store)) => Err(classify(e, &store, true)),
+            Err(Unmade::TimedOut) => Err(Failure::Timeout(format!(
                 "{} (making the instance)",
                 TimedOut(self.spec.timeout)
             ))),
@@ -305,7 +331,7 @@ impl Handler {
     /// Log lines of this version dropped so far (over its rate or a call's
     /// budget).
     pub fn dropped_log_lines(&self) -> u64 {
-        self.context.log.dropped()
+        self.maker.context.log.dropped()
     }
 
     /// Warm instances waiting in the pool (`reuse` mode).
@@ -313,28 +339,16 @@ impl Handler {
         self.warm.lock().expect("warm pool lock").len()
     }
 
-    fn new_store(&self, deadline: &Deadline) -> Store<HostState> {
-        let mut store = Store::new(
-            self.runtime.engine(),
-            HostState::new(
-                self.context.clone(),
-                self.spec.memory,
-                self.runtime.live_instance(),
-                deadline.clone(),
-            ),
-        );
-        store.limiter(|s| s.limiter());
-        let timeout = self.spec.timeout;
-        store.epoch_deadline_callback(move |ctx| {
-            if Instant::now() >= ctx.data().deadline().at() {
-                Err(wasmtime::Error::new(TimedOut(timeout)))
-            } else {
-                // Let other tasks on this thread run while the guest computes.
-                Ok(UpdateDeadline::Yield(1))
-            }
-        });
-        store.set_epoch_deadline(1);
-        store
+    /// Spare fresh instances ready for a message (`fresh` mode).
+    pub fn spare_instances(&self) -> usize {
+        self.spares.ready()
+    }
+}
+
+impl Drop for Handler {
+    /// A retired version's spares give their places back at once.
+    fn drop(&mut self) {
+        self.spares.stop();
     }
 }
 
@@ -355,7 +369,10 @@ fn one_each(outcomes: Vec<Outcome>, messages: usize) -> Result<Vec<Outcome>, Fai
 /// guest to its end on the fiber: it needs no timer, and arming one costs
 /// more than a warm call. Work that waits (on a host future, or yielding at
 /// an epoch tick) gets the timer that ends it at its deadline.
-async fn by_deadline<F: Future>(deadline: &Deadline, work: F) -> Result<F::Output, TimedOut> {
+pub(super) async fn by_deadline<F: Future>(
+    deadline: &Deadline,
+    work: F,
+) -> Result<F::Output, TimedOut> {
     let mut work = std::pin::pin!(work);
     let first = std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await;
     if let Poll::Ready(done) = first {

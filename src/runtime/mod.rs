@@ -5,20 +5,23 @@
 //! versions that run one delivery, or one batch, a call ([`Handler`]).
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 
 use anyhow::Result;
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::host::{HostState, LiveCount, LiveInstance};
 use crate::wit;
 
 pub mod handler;
+mod instances;
 pub mod limits;
 mod world;
 
 pub use crate::host::Deadline;
 pub use handler::{BatchInvocation, Failure, Handler, Invocation};
+pub use instances::{SPARE_INSTANCES, SPARES_PER_HANDLER};
 pub use world::{Pre, World};
 
 /// The largest memory cap a handler may ask for.
@@ -40,29 +43,44 @@ struct Inner {
     linker: Linker<HostState>,
     _ticker: limits::EpochTicker,
     live: LiveCount,
+    /// Spare fresh instances kept ready, over every handler.
+    spares: Arc<AtomicUsize>,
 }
 
 impl Runtime {
     /// The engine, with the pooling allocator sized for every handler a host
-    /// serves, and the linker with everything a handler may import.
+    /// serves and the spare fresh instances, and the linker with everything
+    /// a handler may import.
     pub fn new() -> Result<Self> {
         let mut pool = PoolingAllocationConfig::new();
-        pool.total_component_instances(POOL_INSTANCES as u32)
-            .total_core_instances(10_000)
-            .total_memories(2000)
-            .total_tables(10_000)
-            .total_stacks(POOL_INSTANCES as u32)
+        let instances = (POOL_INSTANCES + SPARE_INSTANCES) as u32;
+        pool.total_component_instances(instances)
+            .total_core_instances(10_000 + 16 * SPARE_INSTANCES as u32)
+            .total_memories(2000 + 2 * SPARE_INSTANCES as u32)
+            .total_tables(10_000 + 16 * SPARE_INSTANCES as u32)
+            .total_stacks(instances)
             .max_core_instances_per_component(64)
             .max_memories_per_component(8)
             .max_tables_per_component(64)
             .max_component_instance_size(1 << 20)
             .max_core_instance_size(1 << 20)
             .table_elements(200_000)
-            .max_memory_size(MAX_HANDLER_MEMORY as usize)
+            .max_memory_size(MAX_HANDLER_MEMORY as usize);
+        if PoolingAllocationConfig::is_pagemap_scan_available() {
+            // Reset only the pages an instance wrote, copying them back from
+            // the image, and keep them resident: the next instance in the
+            // slot finds them mapped, rather than faulting each one in on
+            // its first call. This is what makes a fresh Python or
+            // JavaScript instance cheap on the message path.
+            pool.pagemap_scan(Enabled::Yes)
+                .linear_memory_keep_resident(16 << 20)
+                .table_keep_resident(1 << 20);
+        } else {
             // Reset small memories with memset rather than madvise: cheaper
             // for the few pages a handler touches per message.
-            .linear_memory_keep_resident(1 << 20)
-            .table_keep_resident(1 << 16);
+            pool.linear_memory_keep_resident(1 << 20)
+                .table_keep_resident(1 << 16);
+        }
         let mut config = Config::new();
         config
             .epoch_interruption(true)
@@ -88,6 +106,7 @@ impl Runtime {
                 linker,
                 _ticker: ticker,
                 live: LiveCount::default(),
+                spares: Arc::default(),
             }),
         })
     }
@@ -102,7 +121,17 @@ impl Runtime {
         &self.inner.linker
     }
 
-    /// Handler instances alive now, warm or in a call, of every handler.
+    /// Spare fresh instances ready or being made now, of every handler.
+    pub fn spare_instances(&self) -> usize {
+        self.inner.spares.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn spare_count(&self) -> Arc<AtomicUsize> {
+        self.inner.spares.clone()
+    }
+
+    /// Handler instances alive now, warm, spare or in a call, of every
+    /// handler.
     pub fn instances_in_use(&self) -> usize {
         self.inner.live.get()
     }

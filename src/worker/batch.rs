@@ -111,6 +111,7 @@ async fn run_batch(caller: &Caller, jobs: Vec<Job>) {
         let settlement = settlement_for(delivery, invocation, spec, key, version, rand::random());
         caller.settled(settlement, permit);
     }
+    caller.dispatch.tidy().await;
 }
 
 /// The deliveries of one call, with the keys and prefetch permits they hold.

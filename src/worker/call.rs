@@ -57,6 +57,7 @@ pub(super) async fn call_loop(caller: Caller) {
             run_one(&caller, delivery, key).await
         };
         caller.settled(settlement, permit);
+        caller.dispatch.tidy().await;
     }
 }
 

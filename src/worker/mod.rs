@@ -50,6 +50,10 @@ pub trait Dispatch: Send + Sync + 'static {
     /// Handle one delivery by `deadline`.
     async fn invoke(&self, delivery: &Delivery, deadline: &Deadline) -> Invocation;
 
+    /// Work kept off the message path (dropping used instances, making
+    /// spare ones), done by a caller after it passes a settlement on.
+    async fn tidy(&self) {}
+
     /// Whether its calls take batches ([`Dispatch::invoke_batch`]).
     fn batch(&self) -> bool {
         false
@@ -101,6 +105,10 @@ impl Dispatch for Handler {
 
     fn version(&self) -> &str {
         &self.version
+    }
+
+    async fn tidy(&self) {
+        Handler::tidy(self).await
     }
 }
 

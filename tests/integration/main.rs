@@ -58,6 +58,7 @@ mod flow;
 mod groups;
 mod hostile;
 mod http;
+mod instances;
 mod kv;
 mod languages;
 mod layout;

@@ -1,0 +1,146 @@
+//! Spare fresh instances: made ahead of the messages and off their path,
+//! each handed to one message only, bounded, and given back when their
+//! version goes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice::message::Delivery;
+use sluice::policy::Outcome;
+use sluice::runtime::{Deadline, Handler, Runtime, SPARES_PER_HANDLER};
+
+use crate::support::guest;
+
+fn delivery(i: usize) -> Delivery {
+    Delivery {
+        id: format!("{i:032x}"),
+        queue: "spare".into(),
+        key: format!("{i:032x}"),
+        payload: format!("message {i}").into_bytes(),
+        headers: Vec::new(),
+        attempt: 1,
+        enqueued_at_ms: 0,
+        last_error: None,
+        receipt: String::new(),
+        lease_until_ms: u64::MAX,
+        group: None,
+        snoozes: 0,
+    }
+}
+
+fn load(runtime: &Runtime, dir: &std::path::Path, concurrency: usize) -> Arc<Handler> {
+    let wasm = dir.join("spare.wasm");
+    std::fs::copy(guest("hello"), &wasm).unwrap();
+    std::fs::write(
+        dir.join("spare.toml"),
+        format!("instance_mode = \"fresh\"\nconcurrency = {concurrency}\n"),
+    )
+    .unwrap();
+    let cache = sluice::cache::CompileCache::in_memory(runtime);
+    Arc::new(sluice::loader::load_file(runtime, &cache, "spare", &wasm, 1 << 20).unwrap())
+}
+
+async fn call(handler: &Handler, i: usize) {
+    let deadline = Deadline::new(handler.spec.timeout, handler.spec.max_extend);
+    let invocation = handler.invoke(&delivery(i), &deadline).await;
+    assert_eq!(invocation.result, Ok(Outcome::Done), "message {i}");
+    assert!(
+        invocation.instantiate.is_some(),
+        "message {i}: a fresh call reports how long its instance took to make"
+    );
+}
+
+async fn wait_for_spares(handler: &Handler, n: usize) {
+    let start = Instant::now();
+    while handler.spare_instances() < n {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{} spare(s) ready, {n} expected",
+            handler.spare_instances()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[test]
+fn spares_are_made_ahead_taken_once_and_given_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let runtime = Runtime::new().unwrap();
+        let handler = load(&runtime, dir.path(), 16);
+        let target = SPARES_PER_HANDLER;
+
+        // Made ahead, before any message.
+        handler.prepare();
+        wait_for_spares(&handler, target).await;
+        assert_eq!(runtime.spare_instances(), target);
+        assert_eq!(runtime.instances_in_use(), target);
+
+        // A call takes one; tidying drops the used instance and makes the
+        // next spare: the instances alive are the spares again.
+        for i in 0..20 {
+            call(&handler, i).await;
+            assert_eq!(handler.spare_instances(), target - 1, "message {i}");
+            handler.tidy().await;
+            assert_eq!(handler.spare_instances(), target, "message {i}");
+            assert_eq!(runtime.instances_in_use(), target, "message {i}");
+        }
+
+        // Calls faster than anyone tidies: the spares run out, messages make
+        // their own, and used instances waiting to be dropped stay bounded.
+        for i in 20..60 {
+            call(&handler, i).await;
+            assert!(
+                runtime.instances_in_use() <= 2 * target,
+                "message {i}: {} instances alive",
+                runtime.instances_in_use()
+            );
+        }
+        assert_eq!(handler.spare_instances(), 0);
+        handler.tidy().await;
+        assert_eq!(runtime.instances_in_use(), target);
+
+        // The version goes: its spares give their places back.
+        drop(handler);
+        assert_eq!(runtime.instances_in_use(), 0);
+        assert_eq!(runtime.spare_instances(), 0);
+    });
+}
+
+#[test]
+fn reuse_mode_and_one_caller_keep_few_or_no_spares() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let runtime = Runtime::new().unwrap();
+        // Never more spares than callers.
+        let handler = load(&runtime, dir.path(), 1);
+        handler.prepare();
+        wait_for_spares(&handler, 1).await;
+        call(&handler, 0).await;
+        handler.tidy().await;
+        assert_eq!(handler.spare_instances(), 1);
+        assert_eq!(runtime.instances_in_use(), 1);
+        drop(handler);
+
+        std::fs::write(
+            dir.path().join("spare.toml"),
+            "instance_mode = \"reuse\"\nconcurrency = 8\n",
+        )
+        .unwrap();
+        let wasm = dir.path().join("spare.wasm");
+        let cache = sluice::cache::CompileCache::in_memory(&runtime);
+        let handler =
+            Arc::new(sluice::loader::load_file(&runtime, &cache, "spare", &wasm, 1 << 20).unwrap());
+        handler.prepare();
+        call(&handler, 1).await;
+        handler.tidy().await;
+        assert_eq!(
+            handler.spare_instances(),
+            0,
+            "reuse mode keeps warm instances only"
+        );
+        assert_eq!(handler.warm_instances(), 1);
+    });
+}
