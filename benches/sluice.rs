@@ -408,7 +408,10 @@ async fn drain(
             Some(tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(Duration::from_secs(1)).await;
-                    let text = m.encode(&*broker, 0).await.unwrap();
+                    let text = m
+                        .encode(&*broker, sluice::metrics::PoolCounts::default())
+                        .await
+                        .unwrap();
                     assert!(text.contains("sluice_messages_done_total"));
                 }
             }))

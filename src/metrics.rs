@@ -31,6 +31,13 @@ type QueueLabels = [(&'static str, String); 1];
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
+/// How many handler instances the engine's pool holds, for its gauges.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PoolCounts {
+    pub in_use: i64,
+    pub spare: i64,
+}
+
 /// Every metric of one host.
 pub struct Metrics {
     registry: Registry,
@@ -57,6 +64,8 @@ pub struct Metrics {
     refusals: Family<QueueLabels, Counter>,
     /// Handler instances alive in the engine's pool.
     pub instances: Gauge,
+    /// Spare fresh instances among them.
+    pub spares: Gauge,
     broker_seconds: Histograms<QueueLabels>,
     broker_errors: Family<QueueLabels, Counter>,
 }
@@ -100,6 +109,7 @@ impl Metrics {
             reloads: Counter::default(),
             refusals: Family::default(),
             instances: Gauge::default(),
+            spares: Gauge::default(),
             broker_seconds: Family::new_with_constructor(broker_buckets),
             broker_errors: Family::default(),
         };
@@ -227,6 +237,11 @@ impl Metrics {
             "Handler instances alive in the engine's pool",
             self.instances.clone(),
         );
+        r.register(
+            "pool_spare_instances",
+            "Fresh instances made ahead of the messages, ready or being made",
+            self.spares.clone(),
+        );
         r.register_with_unit(
             "broker_request_duration",
             "Round-trip time of broker calls on the message path, by operation",
@@ -282,10 +297,13 @@ impl Metrics {
     /// The text `/metrics` serves: the queues' gauges read from `broker`
     /// now, then everything else. Queues the broker no longer knows drop
     /// out.
-    pub async fn encode(&self, broker: &dyn Presence, instances: i64) -> Result<String> {
+    /// The metrics in OpenMetrics text, with the queue gauges read from
+    /// `broker` and the pool gauges set to `pool`.
+    pub async fn encode(&self, broker: &dyn Presence, pool: PoolCounts) -> Result<String> {
         let stats = broker.stats().await?;
         self.set_queues(&stats);
-        self.instances.set(instances);
+        self.instances.set(pool.in_use);
+        self.spares.set(pool.spare);
         let mut text = String::new();
         encode(&mut text, &self.registry).expect("writing to a String cannot fail");
         Ok(text)

@@ -118,6 +118,11 @@ impl Registry {
         self.loader.runtime().instances_in_use()
     }
 
+    /// Spare fresh instances ready or being made, over every handler.
+    pub fn spare_instances(&self) -> usize {
+        self.loader.runtime().spare_instances()
+    }
+
     /// The handlers directory.
     pub fn dir(&self) -> &Path {
         &self.dir

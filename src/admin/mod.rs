@@ -189,8 +189,11 @@ async fn dashboard() -> Response {
 }
 
 async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
-    let instances = admin.registry.instances_in_use() as i64;
-    match admin.metrics.encode(&*admin.broker, instances).await {
+    let pool = crate::metrics::PoolCounts {
+        in_use: admin.registry.instances_in_use() as i64,
+        spare: admin.registry.spare_instances() as i64,
+    };
+    match admin.metrics.encode(&*admin.broker, pool).await {
         Ok(text) => (
             [(
                 header::CONTENT_TYPE,

@@ -397,6 +397,8 @@ fn metrics_count_outcomes_and_read_queue_gauges(env: Env) {
     assert_eq!(value("sluice_reloads_total"), 2.0);
     assert!(value("sluice_broker_request_duration_seconds_count{op=\"settle\"}") >= 1.0);
     assert!(value("sluice_pool_instances_in_use") >= 1.0);
+    // orders runs fresh: it keeps spare instances made ahead of its messages.
+    assert!(value("sluice_pool_spare_instances") >= 1.0);
     assert!(text.ends_with("# EOF\n"), "not OpenMetrics:\n{text}");
     for id in &ids {
         assert!(
