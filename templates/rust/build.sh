@@ -4,5 +4,5 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || true
 cargo build --release --target wasm32-wasip2
-cp target/wasm32-wasip2/release/{{name}}.wasm {{name}}.wasm
+cp "${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/{{name}}.wasm" {{name}}.wasm
 echo "built {{name}}.wasm"

@@ -6,7 +6,8 @@ use std::process::Command;
 use crate::support::{Env, repo_root};
 
 /// Build a scaffolded project with the toolchains `scripts/build-guests`
-/// installed, instead of downloading them again per test.
+/// installed, instead of downloading them again per test. Rust projects
+/// share one target directory, so their dependencies build once.
 fn build(dir: &std::path::Path) {
     let root = repo_root();
     let tools = root.join(".tools");
@@ -25,6 +26,7 @@ fn build(dir: &std::path::Path) {
             root.join("guests/js/node_modules/.bin/componentize-js"),
         )
         .env("ADAPTER", tools.join("wasi_snapshot_preview1.reactor.wasm"))
+        .env("CARGO_TARGET_DIR", root.join("target/scaffold"))
         .env("PATH", path)
         .output()
         .expect("running build.sh");
@@ -46,7 +48,8 @@ fn scaffold_build_deploy(lang: &str, batch: bool) {
         crate::languages::shared_cache_config(),
     )
     .unwrap();
-    let name = format!("greeter_{lang}");
+    // Named apart per world: the Rust projects share a target directory.
+    let name = format!("greeter_{lang}{}", if batch { "_batch" } else { "" });
     let project = env.dir.path().join("project");
     let mut args = vec![
         "--json",
