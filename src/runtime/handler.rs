@@ -202,11 +202,7 @@ impl Handler {
             Err(f) => Err(f),
         };
         Invocation {
-            publishes: if result.is_ok() {
-                called.publishes
-            } else {
-                Vec::new()
-            },
+            publishes: held_if_answered(&result, called.publishes),
             result,
             instantiate: called.instantiate,
         }
@@ -226,11 +222,7 @@ impl Handler {
             Err(f) => Err(f),
         };
         BatchInvocation {
-            publishes: if result.is_ok() {
-                called.publishes
-            } else {
-                Vec::new()
-            },
+            publishes: held_if_answered(&result, called.publishes),
             result,
             instantiate: called.instantiate,
         }
@@ -349,6 +341,15 @@ impl Drop for Handler {
     /// A retired version's spares give their places back at once.
     fn drop(&mut self) {
         self.spares.stop();
+    }
+}
+
+/// The publishes a call held, kept only when it answered with its
+/// outcome(s).
+fn held_if_answered<T>(result: &Result<T, Failure>, held: Vec<NewMessage>) -> Vec<NewMessage> {
+    match result {
+        Ok(_) => held,
+        Err(_) => Vec::new(),
     }
 }
 
