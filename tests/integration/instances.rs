@@ -5,28 +5,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice::message::Delivery;
 use sluice::policy::Outcome;
 use sluice::runtime::{Deadline, Handler, Runtime, SPARES_PER_HANDLER};
 
-use crate::support::guest;
-
-fn delivery(i: usize) -> Delivery {
-    Delivery {
-        id: format!("{i:032x}"),
-        queue: "spare".into(),
-        key: format!("{i:032x}"),
-        payload: format!("message {i}").into_bytes(),
-        headers: Vec::new(),
-        attempt: 1,
-        enqueued_at_ms: 0,
-        last_error: None,
-        receipt: String::new(),
-        lease_until_ms: u64::MAX,
-        group: None,
-        snoozes: 0,
-    }
-}
+use crate::support::{delivery, guest};
 
 fn load(runtime: &Runtime, dir: &std::path::Path, concurrency: usize) -> Arc<Handler> {
     let wasm = dir.join("spare.wasm");
@@ -42,7 +24,9 @@ fn load(runtime: &Runtime, dir: &std::path::Path, concurrency: usize) -> Arc<Han
 
 async fn call(handler: &Handler, i: usize) {
     let deadline = Deadline::new(handler.spec.timeout, handler.spec.max_extend);
-    let invocation = handler.invoke(&delivery(i), &deadline).await;
+    let invocation = handler
+        .invoke(&delivery("spare", i, &format!("message {i}")), &deadline)
+        .await;
     assert_eq!(invocation.result, Ok(Outcome::Done), "message {i}");
     assert!(
         invocation.instantiate.is_some(),

@@ -8,10 +8,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sluice::broker::{KvStore, Result as BrokerResult};
-use sluice::message::Delivery;
 use sluice::runtime::{Deadline, Failure, Runtime};
 
-use crate::support::{Env, guest, lines_with};
+use crate::support::{Env, delivery, guest, lines_with};
 
 const GRANTED: &str = "[capabilities]\nkv = true\n";
 
@@ -176,7 +175,9 @@ fn kv_call_stuck_in_the_host_times_out() {
         for payload in ["get k", "incr n 1"] {
             let start = Instant::now();
             let deadline = Deadline::new(handler.spec.timeout, handler.spec.max_extend);
-            let invocation = handler.invoke(&delivery(payload), &deadline).await;
+            let invocation = handler
+                .invoke(&delivery("kv_a", 0, payload), &deadline)
+                .await;
             let took = start.elapsed();
             assert_eq!(
                 invocation.result,
@@ -189,21 +190,4 @@ fn kv_call_stuck_in_the_host_times_out() {
             );
         }
     });
-}
-
-fn delivery(payload: &str) -> Delivery {
-    Delivery {
-        id: "0".repeat(32),
-        queue: "kv_a".into(),
-        key: "0".repeat(32),
-        payload: payload.as_bytes().to_vec(),
-        headers: Vec::new(),
-        attempt: 1,
-        enqueued_at_ms: 0,
-        last_error: None,
-        receipt: String::new(),
-        lease_until_ms: u64::MAX,
-        group: None,
-        snoozes: 0,
-    }
 }

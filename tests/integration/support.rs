@@ -14,6 +14,26 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// A first delivery of `payload` on `queue`, with message number `n` as its
+/// id and key, as a host hands it to a handler (for tests that call a
+/// handler directly).
+pub fn delivery(queue: &str, n: usize, payload: &str) -> sluice::message::Delivery {
+    sluice::message::Delivery {
+        id: format!("{n:032x}"),
+        queue: queue.into(),
+        key: format!("{n:032x}"),
+        payload: payload.as_bytes().to_vec(),
+        headers: Vec::new(),
+        attempt: 1,
+        enqueued_at_ms: 0,
+        last_error: None,
+        receipt: String::new(),
+        lease_until_ms: u64::MAX,
+        group: None,
+        snoozes: 0,
+    }
+}
+
 /// A built guest component; fails the test when it has not been built.
 pub fn guest(name: &str) -> PathBuf {
     let path = repo_root()
