@@ -105,8 +105,9 @@ pub(super) struct Spares {
     ready: Mutex<Vec<Spare>>,
     /// Used instances, dropped by the next [`Spares::tidy`].
     used: Mutex<Vec<Warm>>,
-    /// Spares being made now.
-    making: AtomicUsize,
+    /// Spares being made now (counted by guards, so a tidy dropped
+    /// mid-way gives its count back).
+    making: Arc<AtomicUsize>,
     /// How many to keep ready.
     target: usize,
     /// Set when the version retires, or when making a spare failed: none
@@ -121,7 +122,7 @@ impl Spares {
         Spares {
             ready: Mutex::new(Vec::new()),
             used: Mutex::new(Vec::new()),
-            making: AtomicUsize::new(0),
+            making: Arc::default(),
             target: target.min(SPARES_PER_HANDLER),
             stopped: AtomicBool::new(false),
         }
@@ -162,11 +163,11 @@ impl Spares {
     pub async fn tidy(&self, maker: &Maker) {
         let used = std::mem::take(&mut *self.used.lock().expect("spares lock"));
         drop(used);
-        while let Some(slot) = self.reserve(&maker.runtime) {
+        while let Some((slot, making)) = self.reserve(&maker.runtime) {
             let started = Instant::now();
             let deadline = Deadline::new(maker.timeout, Duration::ZERO);
             let made = maker.make(&deadline).await;
-            self.making.fetch_sub(1, Ordering::SeqCst);
+            drop(making);
             match made {
                 Ok(warm) => self.keep(Spare {
                     warm,
@@ -180,10 +181,14 @@ impl Spares {
                 {
                     return;
                 }
-                Err(_) => {
-                    tracing::debug!(
+                Err(unmade) => {
+                    let why = match unmade {
+                        Unmade::Failed(e, _) => crate::error::one_line(&e),
+                        Unmade::TimedOut => format!("{}", TimedOut(maker.timeout)),
+                    };
+                    tracing::info!(
                         handler = %maker.context.name, version = %maker.context.version,
-                        "making a spare fresh instance failed; messages make their own"
+                        "making a spare fresh instance failed ({why}); this version makes none any more, and each message makes its own"
                     );
                     self.stopped.store(true, Ordering::SeqCst);
                     return;
@@ -192,9 +197,9 @@ impl Spares {
         }
     }
 
-    /// A place for one more spare, counted as being made, if this version
-    /// is short of spares and the host has room for one.
-    fn reserve(&self, runtime: &Runtime) -> Option<Counted> {
+    /// A place for one more spare, and its count as being made, if this
+    /// version is short of spares and the host has room for one.
+    fn reserve(&self, runtime: &Runtime) -> Option<(Counted, Counted)> {
         let ready = self.ready.lock().expect("spares lock");
         if self.stopped.load(Ordering::SeqCst)
             || ready.len() + self.making.load(Ordering::SeqCst) >= self.target
@@ -202,8 +207,8 @@ impl Spares {
             return None;
         }
         let slot = Counted::take(&runtime.spare_count(), SPARE_INSTANCES)?;
-        self.making.fetch_add(1, Ordering::SeqCst);
-        Some(slot)
+        let making = Counted::take(&self.making, usize::MAX)?;
+        Some((slot, making))
     }
 
     /// Keep `spare` ready, unless the version retired meanwhile.

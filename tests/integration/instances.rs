@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice::policy::Outcome;
-use sluice::runtime::{Deadline, Handler, Runtime, SPARES_PER_HANDLER};
+use sluice::runtime::{Deadline, Failure, Handler, Runtime, SPARES_PER_HANDLER};
 
 use crate::support::{delivery, guest};
 
@@ -126,5 +126,41 @@ fn reuse_mode_and_one_caller_keep_few_or_no_spares() {
             "reuse mode keeps warm instances only"
         );
         assert_eq!(handler.warm_instances(), 1);
+    });
+}
+
+/// A version whose instances cannot be made (its memory cap is below what
+/// the component needs to start) keeps no spares: each message makes its
+/// own and meets the failure itself, and nothing stays alive.
+#[test]
+fn a_version_whose_instances_cannot_be_made_keeps_no_spares() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let runtime = Runtime::new().unwrap();
+        let wasm = dir.path().join("spare.wasm");
+        std::fs::copy(guest("hello"), &wasm).unwrap();
+        std::fs::write(
+            dir.path().join("spare.toml"),
+            "instance_mode = \"fresh\"\nconcurrency = 4\n[limits]\nmemory = \"64KiB\"\n",
+        )
+        .unwrap();
+        let cache = sluice::cache::CompileCache::in_memory(&runtime);
+        let handler =
+            Arc::new(sluice::loader::load_file(&runtime, &cache, "spare", &wasm, 1 << 20).unwrap());
+        handler.tidy().await;
+        assert_eq!(handler.spare_instances(), 0);
+        for i in 0..3 {
+            let deadline = Deadline::new(handler.spec.timeout, handler.spec.max_extend);
+            let invocation = handler.invoke(&delivery("spare", i, "m"), &deadline).await;
+            assert!(
+                matches!(invocation.result, Err(Failure::MemoryLimit(_))),
+                "message {i}: {:?}",
+                invocation.result
+            );
+            handler.tidy().await;
+            assert_eq!(handler.spare_instances(), 0, "message {i}");
+            assert_eq!(runtime.instances_in_use(), 0, "message {i}");
+        }
     });
 }
