@@ -56,8 +56,8 @@ pub async fn stats(ctx: &Context, args: StatsArgs) -> Result<()> {
     if !handlers.is_empty() {
         println!();
         println!(
-            "{:<20} {:<24} {:<20} {:<16} {:<16} {:>8} {:>8}  LAST REFUSAL OR FAILURE",
-            "HANDLER", "HOST", "QUEUE", "VERSION", "LIMITS", "REFUSALS", "RESTARTS"
+            "{:<20} {:<24} {:<20} {:<16} {:<20} {:<16} {:>8} {:>8}  LAST REFUSAL OR FAILURE",
+            "HANDLER", "HOST", "QUEUE", "VERSION", "WORLD", "LIMITS", "REFUSALS", "RESTARTS"
         );
         for h in &handlers {
             let last = h
@@ -66,12 +66,18 @@ pub async fn stats(ctx: &Context, args: StatsArgs) -> Result<()> {
                 .map(|f| format!("worker died: {f}"))
                 .or_else(|| h.last_refusal.clone())
                 .unwrap_or_else(|| "-".into());
+            // The package is always sluice:handler: the world and version say it.
+            let world = h
+                .world
+                .as_deref()
+                .map(|w| w.trim_start_matches("sluice:handler/"));
             println!(
-                "{:<20} {:<24} {:<20} {:<16} {:<16} {:>8} {:>8}  {last}",
+                "{:<20} {:<24} {:<20} {:<16} {:<20} {:<16} {:>8} {:>8}  {last}",
                 h.handler,
                 h.host,
                 h.queue.as_deref().unwrap_or("-"),
                 h.version.as_deref().unwrap_or("(none)"),
+                world.unwrap_or("-"),
                 limits(h),
                 h.refusals,
                 h.worker_restarts,

@@ -192,6 +192,10 @@ fn broken_files_leave_the_old_version_serving(env: Env) {
         row.contains(" 3  ") && row.contains("the file is empty"),
         "{row}"
     );
+    assert!(
+        row.contains(" handler@0.2.0 "),
+        "names the world it serves: {row}"
+    );
     let json: serde_json::Value =
         serde_json::from_str(env.sluice(&["--json", "stats", "--handlers"]).trim()).unwrap();
     assert_eq!(
