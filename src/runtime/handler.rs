@@ -99,9 +99,9 @@ pub struct Handler {
     /// Content hash of the component (first 16 hex digits of its SHA-256).
     pub version: String,
     pub source: PathBuf,
-    maker: Arc<Maker>,
+    maker: Maker,
     warm: Mutex<Vec<Warm>>,
-    spares: Arc<Spares>,
+    spares: Spares,
 }
 
 impl Handler {
@@ -131,18 +131,18 @@ impl Handler {
             InstanceMode::Reuse => 0,
         };
         Handler {
-            maker: Arc::new(Maker {
+            maker: Maker {
                 runtime: runtime.clone(),
                 pre,
                 context,
                 memory: spec.memory,
                 timeout: spec.timeout,
-            }),
+            },
             spec,
             version,
             source,
             warm: Mutex::new(Vec::new()),
-            spares: Arc::new(Spares::new(spares)),
+            spares: Spares::new(spares),
         }
     }
 
@@ -170,8 +170,7 @@ impl Handler {
     }
 
     fn context(&mut self) -> &mut HandlerContext {
-        Arc::get_mut(&mut self.maker)
-            .and_then(|m| Arc::get_mut(&mut m.context))
+        Arc::get_mut(&mut self.maker.context)
             .expect("a handler gets its stores before its first instance")
     }
 
