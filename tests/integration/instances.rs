@@ -10,16 +10,19 @@ use sluice::runtime::{Deadline, Failure, Handler, Runtime, SPARES_PER_HANDLER};
 
 use crate::support::{delivery, guest};
 
-fn load(runtime: &Runtime, dir: &std::path::Path, concurrency: usize) -> Arc<Handler> {
+/// `hello` loaded as handler `spare` with the sidecar `sidecar`.
+fn load_with(runtime: &Runtime, dir: &std::path::Path, sidecar: &str) -> Arc<Handler> {
     let wasm = dir.join("spare.wasm");
     std::fs::copy(guest("hello"), &wasm).unwrap();
-    std::fs::write(
-        dir.join("spare.toml"),
-        format!("instance_mode = \"fresh\"\nconcurrency = {concurrency}\n"),
-    )
-    .unwrap();
+    std::fs::write(dir.join("spare.toml"), sidecar).unwrap();
     let cache = sluice::cache::CompileCache::in_memory(runtime);
     Arc::new(sluice::loader::load_file(runtime, &cache, "spare", &wasm, 1 << 20).unwrap())
+}
+
+/// `hello` loaded in fresh mode with `concurrency`.
+fn load(runtime: &Runtime, dir: &std::path::Path, concurrency: usize) -> Arc<Handler> {
+    let sidecar = format!("instance_mode = \"fresh\"\nconcurrency = {concurrency}\n");
+    load_with(runtime, dir, &sidecar)
 }
 
 async fn call(handler: &Handler, i: usize) {
@@ -108,15 +111,8 @@ fn reuse_mode_and_one_caller_keep_few_or_no_spares() {
         assert_eq!(runtime.instances_in_use(), 1);
         drop(handler);
 
-        std::fs::write(
-            dir.path().join("spare.toml"),
-            "instance_mode = \"reuse\"\nconcurrency = 8\n",
-        )
-        .unwrap();
-        let wasm = dir.path().join("spare.wasm");
-        let cache = sluice::cache::CompileCache::in_memory(&runtime);
-        let handler =
-            Arc::new(sluice::loader::load_file(&runtime, &cache, "spare", &wasm, 1 << 20).unwrap());
+        let sidecar = "instance_mode = \"reuse\"\nconcurrency = 8\n";
+        let handler = load_with(&runtime, dir.path(), sidecar);
         handler.prepare();
         call(&handler, 1).await;
         handler.tidy().await;
@@ -138,16 +134,8 @@ fn a_version_whose_instances_cannot_be_made_keeps_no_spares() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let runtime = Runtime::new().unwrap();
-        let wasm = dir.path().join("spare.wasm");
-        std::fs::copy(guest("hello"), &wasm).unwrap();
-        std::fs::write(
-            dir.path().join("spare.toml"),
-            "instance_mode = \"fresh\"\nconcurrency = 4\n[limits]\nmemory = \"64KiB\"\n",
-        )
-        .unwrap();
-        let cache = sluice::cache::CompileCache::in_memory(&runtime);
-        let handler =
-            Arc::new(sluice::loader::load_file(&runtime, &cache, "spare", &wasm, 1 << 20).unwrap());
+        let sidecar = "instance_mode = \"fresh\"\nconcurrency = 4\n[limits]\nmemory = \"64KiB\"\n";
+        let handler = load_with(&runtime, dir.path(), sidecar);
         handler.tidy().await;
         assert_eq!(handler.spare_instances(), 0);
         for i in 0..3 {
