@@ -316,30 +316,8 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         raw.concurrency.unwrap_or(16),
         bounds::CONCURRENCY,
     )?;
-    let batch_size = raw
-        .batch_size
-        .map(|n| bounds::check("batch_size", n, bounds::BATCH_SIZE))
-        .transpose()?;
-    let prefetch = match raw.prefetch {
-        Some(n) => bounds::check("prefetch", n, bounds::PREFETCH)?.max(concurrency),
-        // A batch size set in the sidecar can fill from the prefetch.
-        None => (concurrency * 4).max(batch_size.unwrap_or(0)),
-    };
-    let batch = Batch {
-        size: match batch_size {
-            Some(n) if n > prefetch => bail!(
-                "field `batch_size` ({n}) is more than `prefetch` ({prefetch}): a batch holds only messages already prefetched; raise `prefetch` or lower `batch_size`"
-            ),
-            Some(n) => n,
-            // The default never asks for more than is prefetched.
-            None => DEFAULT_BATCH_SIZE.min(prefetch),
-        },
-        wait: bounds::check_duration(
-            "batch_wait",
-            raw.batch_wait.map_or(Duration::ZERO, |d| d.0),
-            bounds::BATCH_WAIT,
-        )?,
-    };
+    let (prefetch, batch) =
+        resolve_batch(raw.batch_size, raw.prefetch, raw.batch_wait, concurrency)?;
     let flow = resolve_flow(raw.max_in_flight, raw.rate.as_deref())?;
     let lease = bounds::check_duration(
         "lease",
@@ -352,15 +330,7 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         raw.max_messages_per_instance.unwrap_or(1000),
         bounds::MAX_MESSAGES_PER_INSTANCE,
     )?;
-    let on_dead = raw.retry.on_dead.clone();
-    if let Some(q) = &on_dead {
-        validate_queue_name(q).map_err(|e| anyhow::anyhow!("field `retry.on_dead`: {e}"))?;
-        if *q == queue {
-            bail!(
-                "field `retry.on_dead` names the handler's own queue {q:?}: a notice would be handled as a message of it"
-            );
-        }
-    }
+    let on_dead = resolve_on_dead(raw.retry.on_dead.clone(), &queue)?;
     let redrive = redrive::resolve(raw.retry.redrive_every, raw.retry.max_redrives)?;
     Ok(HandlerSpec {
         name: name.to_string(),
@@ -387,6 +357,53 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         subscriptions: subscriptions::resolve(raw.subscribe)?,
         schedules: schedules::resolve(raw.schedule)?,
     })
+}
+
+/// `prefetch` and the batch's size and wait, checked against each other:
+/// a batch holds only messages already prefetched.
+fn resolve_batch(
+    batch_size: Option<usize>,
+    prefetch: Option<usize>,
+    batch_wait: Option<Dur>,
+    concurrency: usize,
+) -> Result<(usize, Batch)> {
+    let batch_size = batch_size
+        .map(|n| bounds::check("batch_size", n, bounds::BATCH_SIZE))
+        .transpose()?;
+    let prefetch = match prefetch {
+        Some(n) => bounds::check("prefetch", n, bounds::PREFETCH)?.max(concurrency),
+        // A batch size set in the sidecar can fill from the prefetch.
+        None => (concurrency * 4).max(batch_size.unwrap_or(0)),
+    };
+    let batch = Batch {
+        size: match batch_size {
+            Some(n) if n > prefetch => bail!(
+                "field `batch_size` ({n}) is more than `prefetch` ({prefetch}): a batch holds only messages already prefetched; raise `prefetch` or lower `batch_size`"
+            ),
+            Some(n) => n,
+            // The default never asks for more than is prefetched.
+            None => DEFAULT_BATCH_SIZE.min(prefetch),
+        },
+        wait: bounds::check_duration(
+            "batch_wait",
+            batch_wait.map_or(Duration::ZERO, |d| d.0),
+            bounds::BATCH_WAIT,
+        )?,
+    };
+    Ok((prefetch, batch))
+}
+
+/// `retry.on_dead`: a valid queue name that is not the handler's own.
+fn resolve_on_dead(on_dead: Option<String>, queue: &str) -> Result<Option<String>> {
+    if let Some(q) = &on_dead {
+        validate_queue_name(q).map_err(|e| anyhow::anyhow!("field `retry.on_dead`: {e}"))?;
+        if q == queue {
+            bail!(
+                "field `retry.on_dead` names the handler's own queue {q:?}: a notice would be handled as a message of it"
+            );
+        }
+    }
+    Ok(on_dead)
 }
 
 /// `max_in_flight` and `rate`, checked.

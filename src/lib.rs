@@ -12,10 +12,13 @@
 //! * [`trace`] — W3C trace context in headers, attempt spans, OTLP export.
 //! * [`policy`] — pure retry and dead-letter decisions.
 //! * [`topic`] — routing keys, patterns and which queues a topic publish reaches.
-//! * [`config`] — `sluice.toml` and handler sidecars.
 //! * [`broker`] — the broker's roles (queue, dead letters, presence,
-//!   key-value, topics) and its backends (`sqlite`, `redis`), one file per
-//!   role in each.
+//!   key-value, topics, schedules) and its backends (`sqlite`, `redis`),
+//!   one file per role in each.
+//! * [`schedule`] — cron schedules: which ticks are due, and what the
+//!   hosts and the broker say of each.
+//! * [`config`] — `sluice.toml` and handler sidecars, every number checked
+//!   against its documented bounds.
 //! * [`pause`] — the host's view of which queues are paused.
 //! * [`publish`] — publish errors and a topic publish's fan-out, shared by
 //!   the client and the handlers' `publish-to-topic`.
@@ -34,6 +37,8 @@
 //! * [`registry`] — the live set of handlers: swap, unload, refusals.
 //! * [`reload`] — watching the handlers directory for complete changes.
 //! * [`redrive`] — putting dead letters back on their queue on a schedule.
+//! * [`ticker`] — firing the handlers' cron schedules through the broker,
+//!   each tick once across hosts.
 //! * [`admin`] — the admin HTTP endpoint: metrics, health, the JSON API and
 //!   the dashboard.
 //! * [`app`] — `run`: the registry, the watcher, the host's loops, shutdown.

@@ -12,14 +12,17 @@
 //!   hosts report, and pausing: `sluice stats`, `pause`, `resume`.
 //! * [`KvStore`] (`kv.rs`) — the handlers' key-value stores.
 //! * [`TopicStore`] (`topics.rs`) — topic bindings.
+//! * [`Schedules`] (`schedules.rs`) — firing a cron schedule's tick once
+//!   across hosts, and the last tick of each.
 //!
 //! [`Broker`] is all of them at once; every backend is one. Each backend has
 //! the same files, one `impl` block per role (`queue.rs`, `dead.rs`,
-//! `presence.rs`, `kv.rs`, `topics.rs`), beside its own internals, so that a
+//! `presence.rs`, `kv.rs`, `topics.rs`, `schedules.rs`), beside its own
+//! internals (`groups.rs` in both: ordered groups), so that a
 //! new backend is written by filling in the same files:
 //!
 //! * [`sqlite`] — the embedded default: one SQLite file (`migrate.rs`: its
-//!   schema versions).
+//!   schema versions; `mod.rs`: the group-commit writer and the readers).
 //! * [`redis`] — Streams and consumer groups, on one Redis or a Cluster
 //!   (`conn.rs`, `reader.rs`, `relay.rs`, `codec.rs`, `scripts.rs`).
 //!

@@ -4,7 +4,7 @@ use anyhow::Result;
 use clap::Args;
 
 use super::Context;
-use crate::broker::{HandlerStatus, fresh_statuses};
+use crate::broker::{HandlerStatus, QueueStats, fresh_statuses};
 use crate::message::now_ms;
 use crate::schedule::{self, ScheduleView};
 
@@ -42,50 +42,61 @@ pub async fn stats(ctx: &Context, args: StatsArgs) -> Result<()> {
         }
         return Ok(());
     }
+    print_queues(&all);
+    print_handlers(&handlers);
+    print_schedules(&schedule::overview(&*broker, &handlers, now).await?);
+    Ok(())
+}
+
+/// The queues table.
+fn print_queues(all: &[QueueStats]) {
     println!(
         "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9}  STATE",
         "QUEUE", "READY", "DELAYED", "IN_FLIGHT", "DONE", "DUPLICATES", "RETRIED", "DEAD"
     );
-    for q in &all {
+    for q in all {
         let state = if q.paused { "paused" } else { "running" };
         println!(
             "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9}  {state}",
             q.queue, q.ready, q.delayed, q.in_flight, q.done, q.duplicates, q.retried, q.dead
         );
     }
-    if !handlers.is_empty() {
-        println!();
-        println!(
-            "{:<20} {:<24} {:<20} {:<16} {:<20} {:<16} {:>8} {:>8}  LAST REFUSAL OR FAILURE",
-            "HANDLER", "HOST", "QUEUE", "VERSION", "WORLD", "LIMITS", "REFUSALS", "RESTARTS"
-        );
-        for h in &handlers {
-            let last = h
-                .last_worker_failure
-                .as_deref()
-                .map(|f| format!("worker died: {f}"))
-                .or_else(|| h.last_refusal.clone())
-                .unwrap_or_else(|| "-".into());
-            // The package is always sluice:handler: the world and version say it.
-            let world = h
-                .world
-                .as_deref()
-                .map(|w| w.trim_start_matches("sluice:handler/"));
-            println!(
-                "{:<20} {:<24} {:<20} {:<16} {:<20} {:<16} {:>8} {:>8}  {last}",
-                h.handler,
-                h.host,
-                h.queue.as_deref().unwrap_or("-"),
-                h.version.as_deref().unwrap_or("(none)"),
-                world.unwrap_or("-"),
-                limits(h),
-                h.refusals,
-                h.worker_restarts,
-            );
-        }
+}
+
+/// The handlers the running hosts report, when there are any.
+fn print_handlers(handlers: &[HandlerStatus]) {
+    if handlers.is_empty() {
+        return;
     }
-    print_schedules(&schedule::overview(&*broker, &handlers, now).await?);
-    Ok(())
+    println!();
+    println!(
+        "{:<20} {:<24} {:<20} {:<16} {:<20} {:<16} {:>8} {:>8}  LAST REFUSAL OR FAILURE",
+        "HANDLER", "HOST", "QUEUE", "VERSION", "WORLD", "LIMITS", "REFUSALS", "RESTARTS"
+    );
+    for h in handlers {
+        let last = h
+            .last_worker_failure
+            .as_deref()
+            .map(|f| format!("worker died: {f}"))
+            .or_else(|| h.last_refusal.clone())
+            .unwrap_or_else(|| "-".into());
+        // The package is always sluice:handler: the world and version say it.
+        let world = h
+            .world
+            .as_deref()
+            .map(|w| w.trim_start_matches("sluice:handler/"));
+        println!(
+            "{:<20} {:<24} {:<20} {:<16} {:<20} {:<16} {:>8} {:>8}  {last}",
+            h.handler,
+            h.host,
+            h.queue.as_deref().unwrap_or("-"),
+            h.version.as_deref().unwrap_or("(none)"),
+            world.unwrap_or("-"),
+            limits(h),
+            h.refusals,
+            h.worker_restarts,
+        );
+    }
 }
 
 /// A handler's flow limits, as `max 4, 200/s`; `-` without any.

@@ -139,25 +139,9 @@ pub fn settlement_for(
     version: &str,
     jitter: f64,
 ) -> Settlement {
-    let (outcome, error) = match invocation.result {
-        Ok(Outcome::Reject(reason)) => {
-            // The guest's words, kept with the dead letter: bounded.
-            let reason = truncate(&reason, MAX_REASON).into_owned();
-            (Outcome::Reject(reason), None)
-        }
-        Ok(outcome) => (outcome, None),
-        Err(Failure::PoolFull(why)) => {
-            tracing::warn!(handler = %spec.name, version, id = %delivery.id, "{why}; the message goes back without spending an attempt");
-            return Settlement::Defer {
-                delivery,
-                delay: POOL_FULL_DELAY,
-                key,
-            };
-        }
-        Err(failure) => (
-            Outcome::Failed,
-            Some(truncate(&failure.to_string(), MAX_REASON).into_owned()),
-        ),
+    let (outcome, error) = match ending(invocation.result) {
+        Ok(ending) => ending,
+        Err(why) => return pool_full(spec, version, delivery, key, &why),
     };
     let decision = policy::decide(
         &outcome,
@@ -199,6 +183,42 @@ pub fn settlement_for(
             tracing::info!(handler = %spec.name, version, id = %delivery.id, "dead-lettered: {reason}");
             dead(spec, delivery, reason, error, version, key)
         }
+    }
+}
+
+/// A message that found no free instance goes back without spending an
+/// attempt.
+fn pool_full(
+    spec: &HandlerSpec,
+    version: &str,
+    delivery: Delivery,
+    key: Option<String>,
+    why: &str,
+) -> Settlement {
+    tracing::warn!(handler = %spec.name, version, id = %delivery.id, "{why}; the message goes back without spending an attempt");
+    Settlement::Defer {
+        delivery,
+        delay: POOL_FULL_DELAY,
+        key,
+    }
+}
+
+/// An attempt's ending as an outcome and the error it records, both
+/// bounded; `Err` with why when the message found no free instance (it
+/// spends no attempt).
+fn ending(result: Result<Outcome, Failure>) -> Result<(Outcome, Option<String>), String> {
+    match result {
+        // The guest's words, kept with the dead letter: bounded.
+        Ok(Outcome::Reject(reason)) => Ok((
+            Outcome::Reject(truncate(&reason, MAX_REASON).into_owned()),
+            None,
+        )),
+        Ok(outcome) => Ok((outcome, None)),
+        Err(Failure::PoolFull(why)) => Err(why),
+        Err(failure) => Ok((
+            Outcome::Failed,
+            Some(truncate(&failure.to_string(), MAX_REASON).into_owned()),
+        )),
     }
 }
 

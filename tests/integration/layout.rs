@@ -44,8 +44,7 @@ fn named_modules(code: &str) -> BTreeSet<String> {
     for (i, _) in code.match_indices("crate::") {
         let rest = &code[i + "crate::".len()..];
         if let Some(group) = rest.strip_prefix('{') {
-            let group = &group[..group.find('}').unwrap_or(group.len())];
-            for item in group.split(',') {
+            for item in top_level_items(group) {
                 let name = ident(item.trim());
                 if !name.is_empty() {
                     found.insert(name);
@@ -56,6 +55,37 @@ fn named_modules(code: &str) -> BTreeSet<String> {
         }
     }
     found
+}
+
+/// The items of a `use` group that `group` starts just inside of (after its
+/// `{`), split at its own commas: `a::{B, C}, d` is `a::{B, C}` and `d`.
+fn top_level_items(group: &str) -> Vec<&str> {
+    let (mut items, mut depth, mut start) = (Vec::new(), 1, 0);
+    for (j, ch) in group.char_indices() {
+        match ch {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    items.push(&group[start..j]);
+                    break;
+                }
+            }
+            ',' if depth == 1 => {
+                items.push(&group[start..j]);
+                start = j + 1;
+            }
+            _ => {}
+        }
+    }
+    items
+}
+
+#[test]
+fn a_use_group_is_split_at_its_own_commas_only() {
+    let found = named_modules("use crate::{broker::{Queue, Settlement}, config::Spec, message};");
+    let names: Vec<&str> = found.iter().map(String::as_str).collect();
+    assert_eq!(names, ["broker", "config", "message"]);
 }
 
 /// The module graph of `src/`: each top-level module and those it names.

@@ -131,3 +131,52 @@ pub(super) fn classify(e: RedisError) -> BrokerError {
         BrokerError::refused("Redis", e)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+    use super::classify;
+
+    #[test]
+    fn errors_that_may_clear_up_are_unavailable_and_the_rest_refused() {
+        let unavailable: Vec<RedisError> = vec![
+            std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into(),
+            std::io::Error::from(std::io::ErrorKind::ConnectionReset).into(),
+            (ErrorKind::Server(ServerErrorKind::BusyLoading), "loading").into(),
+            (ErrorKind::Server(ServerErrorKind::TryAgain), "resharding").into(),
+            (
+                ErrorKind::Server(ServerErrorKind::ClusterDown),
+                "cluster down",
+            )
+                .into(),
+            (
+                ErrorKind::Server(ServerErrorKind::MasterDown),
+                "master down",
+            )
+                .into(),
+            // The client reconnects after a refused login: what it waits
+            // for may be fixed meanwhile, and a settlement is never dropped.
+            (ErrorKind::AuthenticationFailed, "WRONGPASS").into(),
+        ];
+        for e in unavailable {
+            let text = e.to_string();
+            assert!(classify(e).is_unavailable(), "{text} should be unavailable");
+        }
+        let refused: Vec<RedisError> = vec![
+            (
+                ErrorKind::Server(ServerErrorKind::ResponseError),
+                "ERR in script",
+            )
+                .into(),
+            (ErrorKind::UnexpectedReturnType, "not an integer").into(),
+        ];
+        for e in refused {
+            let text = e.to_string();
+            let classified = classify(e);
+            assert!(!classified.is_unavailable(), "{text} should be refused");
+            // The client's error is kept as the cause.
+            assert!(std::error::Error::source(&classified).is_some());
+        }
+    }
+}

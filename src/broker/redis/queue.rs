@@ -174,21 +174,29 @@ impl Queue for RedisBroker {
 
     async fn flush(&self) -> Result<()> {
         let queues = self.served.lock().expect("served lock").clone();
-        // Every queue is tried, whichever fails; the error names them.
-        let mut failed = Vec::new();
+        // Every queue is tried, whichever fails; the error names them all
+        // and keeps the first one's kind and cause (the rest are logged).
+        let mut failed: Vec<(String, BrokerError)> = Vec::new();
         for q in queues {
             if let Err(e) = relay::relay_queue(self.conn.clone(), &self.orderings, &q).await {
-                failed.push(format!("queue {q:?}: {e}"));
+                failed.push((q, e));
             }
         }
-        if failed.is_empty() {
-            Ok(())
-        } else {
-            Err(BrokerError::Unavailable {
-                context: format!("relaying the outbox of {}", failed.join("; ")),
-                source: None,
-            })
+        let names: Vec<String> = failed.iter().map(|(q, _)| format!("{q:?}")).collect();
+        let refused = failed.iter().any(|(_, e)| !e.is_unavailable());
+        let mut failed = failed.into_iter();
+        let Some((_, first)) = failed.next() else {
+            return Ok(());
+        };
+        for (q, e) in failed {
+            tracing::warn!(queue = %q, "relaying the outbox failed: {}", crate::error::chain(&e));
         }
+        let context = format!("relaying the outbox of queue {}", names.join(", "));
+        Err(if refused {
+            BrokerError::refused(context, first)
+        } else {
+            BrokerError::unavailable(context, first)
+        })
     }
 }
 

@@ -125,10 +125,7 @@ impl SqliteBroker {
             ended.map(|()| value)
         })
         .await
-        .map_err(|e| BrokerError::Unavailable {
-            context: format!("a SQLite read failed: {e}"),
-            source: None,
-        })?
+        .map_err(|e| BrokerError::unavailable("a SQLite read did not finish", e))?
     }
 }
 
@@ -320,6 +317,31 @@ mod tests {
     use rusqlite::params;
 
     use super::*;
+
+    #[test]
+    fn errors_that_may_clear_up_are_unavailable_and_the_rest_refused() {
+        let failure = |code| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
+        for code in [
+            rusqlite::ffi::SQLITE_BUSY,
+            rusqlite::ffi::SQLITE_LOCKED,
+            rusqlite::ffi::SQLITE_FULL,
+            rusqlite::ffi::SQLITE_IOERR,
+            rusqlite::ffi::SQLITE_READONLY,
+            rusqlite::ffi::SQLITE_CANTOPEN,
+        ] {
+            assert!(classify(failure(code)).is_unavailable(), "code {code}");
+        }
+        for code in [
+            rusqlite::ffi::SQLITE_CONSTRAINT,
+            rusqlite::ffi::SQLITE_MISMATCH,
+            rusqlite::ffi::SQLITE_CORRUPT,
+        ] {
+            let e = classify(failure(code));
+            assert!(!e.is_unavailable(), "code {code}");
+            assert!(std::error::Error::source(&e).is_some(), "code {code}");
+        }
+        assert!(!classify(rusqlite::Error::QueryReturnedNoRows).is_unavailable());
+    }
 
     /// A job that stores `value` under `key` in the key-value table.
     fn put(key: usize, value: Vec<u8>) -> (Job, oneshot::Receiver<Result<()>>) {

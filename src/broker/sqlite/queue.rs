@@ -437,17 +437,19 @@ enum Counted {
 /// Apply one settlement, fenced by its receipt: `None` when its delivery
 /// lost its lease, and nothing was applied.
 fn settle_one(conn: &Connection, s: Settlement, now: i64) -> Result<Option<Counted>> {
-    let counted = match s {
+    let at = |delay: Duration| now + delay.as_millis() as i64;
+    // A snooze counts one more snooze; a defer nothing.
+    let snoozes = u32::from(matches!(s, Settlement::Snooze { .. }));
+    // Each other outcome moves the message on, if the delivery still holds
+    // it, and then lets its key go.
+    let (applied, delivery, key, counted) = match s {
         Settlement::Done {
             delivery,
             key,
             publishes,
         } => return settle_done(conn, &delivery, key, &publishes, now),
         Settlement::Duplicate { delivery } => {
-            if take_leased(conn, &delivery, now)?.is_none() {
-                return Ok(None);
-            }
-            Counted::Duplicate
+            return Ok(take_leased(conn, &delivery, now)?.map(|_| Counted::Duplicate));
         }
         Settlement::Retry {
             delivery,
@@ -455,33 +457,21 @@ fn settle_one(conn: &Connection, s: Settlement, now: i64) -> Result<Option<Count
             error,
             key,
         } => {
-            if !put_back(conn, &delivery, now + delay.as_millis() as i64, &error)? {
-                return Ok(None);
-            }
-            release_key(conn, &delivery, key.as_deref())?;
-            Counted::Retried
+            let applied = put_back(conn, &delivery, at(delay), &error)?;
+            (applied, delivery, key, Counted::Retried)
         }
         Settlement::Defer {
             delivery,
             delay,
             key,
-        } => {
-            if !defer(conn, &delivery, now + delay.as_millis() as i64, 0)? {
-                return Ok(None);
-            }
-            release_key(conn, &delivery, key.as_deref())?;
-            Counted::Nothing
         }
-        Settlement::Snooze {
+        | Settlement::Snooze {
             delivery,
             delay,
             key,
         } => {
-            if !defer(conn, &delivery, now + delay.as_millis() as i64, 1)? {
-                return Ok(None);
-            }
-            release_key(conn, &delivery, key.as_deref())?;
-            Counted::Nothing
+            let applied = defer(conn, &delivery, at(delay), snoozes)?;
+            (applied, delivery, key, Counted::Nothing)
         }
         Settlement::Dead {
             delivery,
@@ -491,35 +481,42 @@ fn settle_one(conn: &Connection, s: Settlement, now: i64) -> Result<Option<Count
             key,
             notice,
         } => {
-            let death = |redrives| dead::Death {
-                reason: &reason,
-                error: error.as_deref(),
-                handler_version: handler_version.as_deref(),
-                redrives,
-                at: now,
-            };
-            if !bury_leased(conn, &delivery, death, notice.as_slice())? {
-                return Ok(None);
-            }
-            release_key(conn, &delivery, key.as_deref())?;
-            Counted::Nothing
+            let why = (
+                reason.as_str(),
+                error.as_deref(),
+                handler_version.as_deref(),
+            );
+            let applied = bury_leased(conn, &delivery, why, notice.as_slice(), now)?;
+            (applied, delivery, key, Counted::Nothing)
         }
     };
+    if !applied {
+        return Ok(None);
+    }
+    release_key(conn, &delivery, key.as_deref())?;
     Ok(Some(counted))
 }
 
-/// Move a leased message to the dead letters, with `notice` published in
-/// the same step; false when its delivery lost the lease.
-fn bury_leased<'a>(
+/// Move a leased message to the dead letters at `now`, with why it died
+/// (reason, last error, handler version) and `notice` published in the
+/// same step; false when its delivery lost the lease.
+fn bury_leased(
     conn: &Connection,
     delivery: &Delivery,
-    death: impl FnOnce(u32) -> dead::Death<'a>,
+    (reason, error, handler_version): (&str, Option<&str>, Option<&str>),
     notice: &[NewMessage],
+    now: i64,
 ) -> Result<bool> {
     let Some((redrives, grp)) = take_row(conn, delivery)? else {
         return Ok(false);
     };
-    let death = death(redrives);
+    let death = dead::Death {
+        reason,
+        error,
+        handler_version,
+        redrives,
+        at: now,
+    };
     dead::bury(conn, delivery, grp.as_deref(), &death)?;
     if let Some(grp) = grp {
         groups::died(conn, &delivery.queue, &grp, &delivery.id, death.at)?;
@@ -696,6 +693,35 @@ mod fuzz {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// The stored headers kept in `tests/corpus/stored-headers.txt`, each
+    /// in a row as someone else might have written it: the row is received
+    /// without a panic, its payload intact.
+    #[test]
+    fn rows_with_the_corpus_of_stored_headers_are_received() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/corpus/stored-headers.txt");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let corpus: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("> ")).collect();
+        assert!(
+            corpus.len() >= 10,
+            "the corpus is missing: {}",
+            path.display()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let conn = super::super::open_connection(&dir.path().join("f.db")).unwrap();
+        for (i, headers) in corpus.iter().enumerate() {
+            conn.execute(
+                "INSERT INTO messages (id, queue, key, payload, headers, attempt, enqueued_at, visible_at)
+                 VALUES (?1, 'q', '', ?2, ?3, 0, 0, 0)",
+                params![format!("m{i}"), vec![i as u8], headers],
+            )
+            .unwrap();
+            let got = receive(&conn, "q", 10, Duration::from_secs(60), Flow::default()).unwrap();
+            assert_eq!(got.len(), 1, "{headers:?}");
+            assert_eq!(got[0].payload, vec![i as u8], "{headers:?}");
+        }
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
