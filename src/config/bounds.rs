@@ -113,6 +113,7 @@ fn check_as<T: PartialOrd + Copy>(
 mod tests {
     use std::path::Path;
 
+    use super::{DELAY_LEVELS, SCHEDULES};
     use crate::config::{HandlerSpec, HostConfig};
 
     fn sidecar(text: &str) -> Result<HandlerSpec, String> {
@@ -128,6 +129,8 @@ mod tests {
         ("concurrency = 0", "concurrency"),
         ("concurrency = 1001", "concurrency"),
         ("concurrency = 2305843009213693952", "concurrency"),
+        ("prefetch = 1\nconcurrency = 1", ""),
+        ("prefetch = 0", "prefetch"),
         ("prefetch = 100000", ""),
         ("prefetch = 100001", "prefetch"),
         ("prefetch = 2305843009213693952", "prefetch"),
@@ -169,12 +172,17 @@ mod tests {
             "[retry]\ninitial = \"31days\"\nmax = \"32days\"",
             "retry.initial",
         ),
+        ("[retry]\nfactor = 1.0", ""),
+        ("[retry]\nfactor = 0.99", "retry.factor"),
         ("[retry]\nfactor = 100.0", ""),
         ("[retry]\nfactor = 100.5", "retry.factor"),
         ("[retry]\nfactor = 0.5", "retry.factor"),
         ("[retry]\ndelays = [\"30days\"]", ""),
         ("[retry]\ndelays = [\"1s\", \"31days\"]", "retry.delays"),
         ("[retry]\ndelays = []", "retry.delays"),
+        ("[retry]\ndelays = [\"0s\"]", ""),
+        ("[retry]\nmax_guest_delay = \"0s\"", ""),
+        ("[retry]\nmax_guest_delay = \"30days\"", ""),
         (
             "[retry]\nmax_guest_delay = \"31days\"",
             "retry.max_guest_delay",
@@ -208,6 +216,14 @@ mod tests {
         ("[retry]\nmax_snoozes = 1", ""),
         ("[retry]\nmax_snoozes = 0", "retry.max_snoozes"),
         ("[retry]\nmax_snoozes = 1000001", "retry.max_snoozes"),
+        ("max_in_flight = 1", ""),
+        ("max_in_flight = 100000", ""),
+        ("max_in_flight = 0", "max_in_flight"),
+        ("max_in_flight = 100001", "max_in_flight"),
+        ("rate = \"1/s\"", ""),
+        ("rate = \"1000000/h\"", ""),
+        ("rate = \"0/m\"", "rate"),
+        ("rate = \"1000001/s\"", "rate"),
         ("[idempotency]\nretention = \"1s\"", ""),
         ("[idempotency]\nretention = \"0s\"", "idempotency.retention"),
         (
@@ -234,6 +250,27 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The counted lists: delay levels and schedules, at their most and
+    /// one past it.
+    #[test]
+    fn the_counted_lists_are_checked_at_and_past_their_bounds() {
+        let delays = |n: usize| format!("[retry]\ndelays = [{}]", vec!["\"1s\""; n].join(", "));
+        let schedules = |n: usize| {
+            (0..n)
+                .map(|i| format!("[[schedule]]\nname = \"s{i}\"\ncron = \"0 * * * *\"\n"))
+                .collect::<String>()
+        };
+        assert!(sidecar(&delays(DELAY_LEVELS.1)).is_ok());
+        let err = sidecar(&delays(DELAY_LEVELS.1 + 1)).unwrap_err();
+        assert!(err.contains("field `retry.delays`"), "{err}");
+        assert!(sidecar(&schedules(SCHEDULES.1)).is_ok());
+        let err = sidecar(&schedules(SCHEDULES.1 + 1)).unwrap_err();
+        assert!(
+            err.contains("field `schedule (the number of them)`"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -408,7 +408,12 @@ fn classify(err: wasmtime::Error, store: &Store<HostState>, instantiating: bool)
         return Failure::MemoryLimit(hit.to_string());
     }
     if let Some(t) = err.downcast_ref::<TimedOut>() {
-        return Failure::Timeout(t.to_string());
+        let making = if instantiating {
+            " (making the instance)"
+        } else {
+            ""
+        };
+        return Failure::Timeout(format!("{t}{making}"));
     }
     if let Some(trap) = err.downcast_ref::<wasmtime::Trap>() {
         let place = err

@@ -252,9 +252,7 @@ fn mkfifo(path: &std::path::Path) {
 /// Handler files that are not regular files, or too large, all at once in a
 /// live handlers directory: each is refused with why (in the log and in
 /// `stats --handlers`), nothing hangs or grows, and the rest serve.
-#[test]
-fn files_that_are_not_regular_or_too_large_are_refused_and_the_rest_serve() {
-    let env = Env::new();
+fn files_that_are_not_regular_or_too_large_are_refused_and_the_rest_serve(env: Env) {
     std::fs::write(
         env.dir.path().join("sluice.toml"),
         "max_component_size = \"1MiB\"\n",
@@ -282,6 +280,10 @@ fn files_that_are_not_regular_or_too_large_are_refused_and_the_rest_serve() {
     let big = std::fs::File::create(h.join("big.wasm")).unwrap();
     big.set_len(3 << 20).unwrap();
     drop(big);
+    // A sidecar over its 256 KiB limit.
+    env.deploy("hello", "bigcfg", None);
+    let comment = format!("# {}\n", "x".repeat(1021));
+    std::fs::write(h.join("bigcfg.toml"), comment.repeat(300)).unwrap();
 
     let expect = [
         (
@@ -301,6 +303,7 @@ fn files_that_are_not_regular_or_too_large_are_refused_and_the_rest_serve() {
             "pipe.wasm: is a FIFO (named pipe), not a regular file",
         ),
         ("dir", "dir.wasm: is a directory, not a regular file"),
+        ("bigcfg", "bigcfg.toml: is 300KiB, over the limit of 256KiB"),
         (
             "big",
             "big.wasm: is 3MiB, over the limit of 1MiB (raise max_component_size",
@@ -358,3 +361,5 @@ fn files_that_are_not_regular_or_too_large_are_refused_and_the_rest_serve() {
 fn read_status(pid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap()
 }
+
+on_every_backend!(env: files_that_are_not_regular_or_too_large_are_refused_and_the_rest_serve);

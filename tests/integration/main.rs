@@ -51,6 +51,7 @@ mod bad_input;
 mod bulk_send;
 mod clock;
 mod conformance;
+mod corpus;
 mod crash;
 mod dashboard;
 mod faults;

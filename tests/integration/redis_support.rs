@@ -241,26 +241,36 @@ impl RedisCluster {
     /// not yet heard the slot map answers CLUSTERDOWN, which would make the
     /// first seconds of a test flaky.
     pub fn start() -> Self {
-        Self::start_with(&["--save", "", "--appendonly", "no"])
+        Self::start_with(&["--save", "", "--appendonly", "no"], 0)
+    }
+
+    /// Three masters, each with one replica (six nodes), persistence off:
+    /// for failovers.
+    pub fn start_with_replicas() -> Self {
+        Self::start_with(&["--save", "", "--appendonly", "no"], 1)
     }
 
     /// Like [`RedisCluster::start`], with every write on disk before it is
     /// acknowledged (`--appendonly yes --appendfsync always`), so a node
     /// killed and restarted keeps its data.
     pub fn start_persistent() -> Self {
-        Self::start_with(&[
-            "--save",
-            "",
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-        ])
+        Self::start_with(
+            &[
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ],
+            0,
+        )
     }
 
-    fn start_with(persistence: &[&str]) -> Self {
+    fn start_with(persistence: &[&str], replicas: usize) -> Self {
         let started = Instant::now();
-        let nodes: Vec<RedisServer> = (0..3)
+        let count = 3 * (1 + replicas);
+        let nodes: Vec<RedisServer> = (0..count)
             .map(|_| {
                 let mut args = vec![
                     "--cluster-enabled",
@@ -269,6 +279,9 @@ impl RedisCluster {
                     "nodes.conf",
                     "--cluster-node-timeout",
                     "5000",
+                    // A replica's first sync starts at once, not 5 s later.
+                    "--repl-diskless-sync-delay",
+                    "0",
                 ];
                 args.extend_from_slice(persistence);
                 RedisServer::start_with(&args)
@@ -277,7 +290,11 @@ impl RedisCluster {
 
         let mut create: Vec<String> = vec!["--cluster".into(), "create".into()];
         create.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
-        create.extend(["--cluster-replicas", "0", "--cluster-yes"].map(String::from));
+        create.extend([
+            "--cluster-replicas".into(),
+            replicas.to_string(),
+            "--cluster-yes".into(),
+        ]);
         let remaining = CLUSTER_DEADLINE.saturating_sub(started.elapsed());
         let create_refs: Vec<&str> = create.iter().map(String::as_str).collect();
         let mut cmd = Command::new(redis_cli());
@@ -304,8 +321,8 @@ impl RedisCluster {
             let ready = states.iter().all(|s| {
                 has_line(s, "cluster_state:ok")
                     && has_line(s, "cluster_slots_assigned:16384")
-                    && has_line(s, "cluster_known_nodes:3")
-            });
+                    && has_line(s, &format!("cluster_known_nodes:{count}"))
+            }) && cluster.replicas_synced();
             if ready {
                 return cluster;
             }
@@ -329,6 +346,50 @@ impl RedisCluster {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The nodes that are replicas now (`ROLE` says `slave`).
+    pub fn replicas(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| self.role(i) == "slave")
+            .collect()
+    }
+
+    /// Whether every replica has its first copy of its master's data (a
+    /// manual failover waits for the replica to catch up, and times out
+    /// while it is still making that copy).
+    fn replicas_synced(&self) -> bool {
+        self.nodes.iter().all(|n| {
+            let info = probe(n.port, &["INFO", "replication"])
+                .unwrap_or_default()
+                .replace("\r\n", "\n");
+            !has_line(&info, "role:slave") || has_line(&info, "master_link_status:up")
+        })
+    }
+
+    /// Node `i`'s `ROLE` and the tail of its log, for a failure message.
+    pub fn report(&self, i: usize) -> String {
+        let n = &self.nodes[i];
+        let role = n.cli(&["ROLE"]);
+        // A replica's ROLE names its master's port on its third line.
+        let master = role
+            .lines()
+            .nth(2)
+            .and_then(|p| self.nodes.iter().find(|m| m.port.to_string() == p.trim()));
+        let master = master.map_or_else(String::new, |m| {
+            format!("--- its master {}:\n{}", m.port, log_tail(m.dir.path()))
+        });
+        format!(
+            "--- node {}: ROLE\n{role}\n{}\n{master}",
+            n.port,
+            log_tail(n.dir.path())
+        )
+    }
+
+    /// What node `i` says it is: `master` or `slave`.
+    pub fn role(&self, i: usize) -> String {
+        let out = self.nodes[i].cli(&["ROLE"]);
+        out.lines().next().unwrap_or_default().trim().to_string()
     }
 
     /// "redis://127.0.0.1:P1": one seed node is enough for a cluster client.

@@ -413,6 +413,47 @@ mod fuzz {
         })
     }
 
+    /// The corpus kept in `tests/corpus/redis`: raw replies (RESP), one a
+    /// file, that Redis or someone writing into its keys might give. Every
+    /// one parses without a panic by every reader; an `ok-` one is a
+    /// message, a `bad-` one is not. A reply that once broke a reader goes
+    /// there, so it is tried on every run.
+    #[test]
+    fn the_corpus_of_replies_reads_as_each_name_says() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/redis");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        for path in &files {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let bytes = std::fs::read(path).unwrap();
+            let v = redis::parse_redis_value(&bytes)
+                .unwrap_or_else(|e| panic!("{name} is not a RESP value: {e}"));
+            let _ = Held::parse(v.clone());
+            let _ = Entry::parse(v.clone()).map(|e| e.into_dead_letter("q"));
+            let stream = Value::Array(vec![Value::Nil, Value::Array(vec![v.clone()])]);
+            let read = read_reply(Value::Array(vec![stream]), "q", 10);
+            let entry = Entry::parse(v);
+            if name.starts_with("ok-") {
+                let e = entry.unwrap_or_else(|| panic!("{name}: not read as a message"));
+                assert_eq!(read.len(), 1, "{name}");
+                let d = e.into_delivery("q", 2, 0);
+                assert_eq!(d.queue, "q", "{name}");
+            } else {
+                assert!(name.starts_with("bad-"), "{name}: name it ok-* or bad-*");
+                assert!(entry.is_none(), "{name}: read as a message");
+                assert!(read.is_empty(), "{name}");
+            }
+        }
+        assert!(
+            files.len() >= 10,
+            "the corpus is missing: {}",
+            dir.display()
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(3000))]
 
