@@ -256,16 +256,21 @@ impl RedisBroker {
 
     /// Settle acks that need no check inside Redis (see [`is_plain`]): one
     /// `MULTI`/`EXEC` records the keys, acks and deletes the entries, moves
-    /// their ordered groups on (`ADVANCE`) and counts them. A key that
-    /// turns out to be done already (another message with the key
-    /// completed) was counted as done; a second step moves those counts to
-    /// `duplicates`.
+    /// their ordered groups on (`ADVANCE`) and counts them as done. What
+    /// each key held before says whether that was right: this delivery's
+    /// lease (or nothing) is; a key done by another message with it makes
+    /// the ack a duplicate; a key another delivery of the message holds or
+    /// finished means the ack came after the lease had passed on, which
+    /// the margin makes all but impossible but a stalled host could still
+    /// do: it is logged and counted as a lost lease, never as done.
     async fn settle_plain(&self, queue: &str, plain: &[&Settlement]) -> Result<()> {
         let keys = QueueKeys::new(queue);
         let mut pipe = redis::pipe();
         pipe.atomic();
         let mut entries = Vec::with_capacity(plain.len());
         let mut groups = Vec::new();
+        // The deliveries whose keys are set, in the order of the replies.
+        let mut keyed = Vec::with_capacity(plain.len());
         let (mut done, mut duplicates) = (0u64, 0u64);
         for s in plain {
             let d = s.delivery();
@@ -282,6 +287,7 @@ impl RedisBroker {
                         .arg("PX")
                         .arg(retention.as_millis() as u64)
                         .arg("GET");
+                    keyed.push(d);
                     done += 1;
                 }
                 _ => duplicates += 1,
@@ -305,29 +311,54 @@ impl RedisBroker {
         }
         let mut conn = self.conn.clone();
         let before: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
-        let late = before
-            .iter()
-            .filter(|v| matches!(v, Value::BulkString(b) if b.starts_with(DONE_PREFIX.as_bytes())))
-            .count() as i64;
-        if late > 0 {
-            self.recount_late(&keys, late).await?;
+        self.recount_plain(queue, &keys, &keyed, &before).await
+    }
+
+    /// Count what each plain ack's key held before (`before`, in the order
+    /// of `keyed`) says it was: see [`PlainAck`].
+    async fn recount_plain(
+        &self,
+        queue: &str,
+        keys: &QueueKeys,
+        keyed: &[&Delivery],
+        before: &[Value],
+    ) -> Result<()> {
+        let (mut late, mut lost, mut overtook) = (0, Vec::new(), Vec::new());
+        for (d, held) in keyed.iter().zip(before) {
+            match plain_ack(d, held) {
+                PlainAck::Done => {}
+                PlainAck::Duplicate => late += 1,
+                PlainAck::Finished => lost.push(d.id.as_str()),
+                PlainAck::Overtook => overtook.push(d.id.as_str()),
+            }
+        }
+        if !overtook.is_empty() || !lost.is_empty() {
+            tracing::warn!(queue, overtook = ?overtook, finished = ?lost, "acks reached Redis after their deliveries' leases had passed to another delivery (the host stalled between checking the lease and Redis running them): those of messages another delivery still held are done, and that delivery's own settlement will be refused; those of messages another delivery had finished count as lost leases");
+        }
+        if late > 0 || !lost.is_empty() {
+            self.recount(keys, late, lost.len() as i64).await?;
         }
         Ok(())
     }
 
-    /// Move `late` plain acks counted as done to `duplicates`.
-    async fn recount_late(&self, keys: &QueueKeys, late: i64) -> Result<()> {
+    /// Move plain acks counted as done to `duplicates` and `lost`.
+    async fn recount(&self, keys: &QueueKeys, duplicates: i64, lost: i64) -> Result<()> {
         let mut conn = self.conn.clone();
         redis::pipe()
             .cmd("HINCRBY")
             .arg(&keys.counters)
             .arg("done")
-            .arg(-late)
+            .arg(-(duplicates + lost))
             .ignore()
             .cmd("HINCRBY")
             .arg(&keys.counters)
             .arg("duplicates")
-            .arg(late)
+            .arg(duplicates)
+            .ignore()
+            .cmd("HINCRBY")
+            .arg(&keys.counters)
+            .arg("lost")
+            .arg(lost)
             .ignore()
             .query_async::<()>(&mut conn)
             .await
@@ -453,8 +484,44 @@ fn settle_args(script: &mut redis::ScriptInvocation<'_>, s: &Settlement, kidx: u
     !held.is_empty()
 }
 
-/// How long before a delivery's lease ends its plain ack must be sent.
-const PLAIN_MARGIN_MS: u64 = 500;
+/// How long before a delivery's lease ends its plain ack must be sent: a
+/// host would have to stall this long between its check and Redis running
+/// the ack for the ack to land after the lease.
+const PLAIN_MARGIN_MS: u64 = 2_000;
+
+/// What a plain ack's key held just before it was set, and so what the ack
+/// counts as.
+#[derive(Debug, PartialEq, Eq)]
+enum PlainAck {
+    /// This delivery's lease, or nothing: the message is done.
+    Done,
+    /// Another message with the key had finished: a duplicate.
+    Duplicate,
+    /// Another delivery of this message held the key: the ack came late,
+    /// but the message is done by it (that delivery's own settlement is
+    /// refused).
+    Overtook,
+    /// Another delivery of this message had finished it: the ack came late
+    /// and changed nothing; a lost lease.
+    Finished,
+}
+
+fn plain_ack(d: &Delivery, held: &Value) -> PlainAck {
+    let Value::BulkString(held) = held else {
+        return PlainAck::Done;
+    };
+    if let Some(holder) = held.strip_prefix(LEASE_PREFIX.as_bytes()) {
+        if holder == d.receipt.as_bytes() {
+            return PlainAck::Done;
+        }
+        return PlainAck::Overtook;
+    }
+    match held.strip_prefix(DONE_PREFIX.as_bytes()) {
+        Some(id) if id == d.id.as_bytes() => PlainAck::Finished,
+        Some(_) => PlainAck::Duplicate,
+        None => PlainAck::Done,
+    }
+}
 
 /// Whether a settlement may go without the script's checks: a done with an
 /// idempotency key and nothing to publish, or a duplicate, settled well
@@ -576,5 +643,20 @@ mod tests {
             delivery: delivery(10_000),
         };
         assert!(is_plain(&dup, 1_000));
+        assert!(
+            !is_plain(&done(2_900, vec![]), 1_000),
+            "within the 2 s margin"
+        );
+    }
+
+    #[test]
+    fn what_a_plain_acks_key_held_says_what_it_counts_as() {
+        let d = delivery(10_000);
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        assert_eq!(plain_ack(&d, &Value::Nil), PlainAck::Done);
+        assert_eq!(plain_ack(&d, &bulk("L:1-0 1")), PlainAck::Done);
+        assert_eq!(plain_ack(&d, &bulk("L:1-0 2")), PlainAck::Overtook);
+        assert_eq!(plain_ack(&d, &bulk("D:m")), PlainAck::Finished);
+        assert_eq!(plain_ack(&d, &bulk("D:other")), PlainAck::Duplicate);
     }
 }

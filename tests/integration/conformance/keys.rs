@@ -39,6 +39,50 @@ pub async fn a_late_plain_done_is_refused(b: Arc<dyn Broker>) {
     );
 }
 
+/// A done whose host believed its lease still held but reached the broker
+/// only after the lease had passed to another delivery (a host stalled
+/// between its check and the broker running the ack), either before or
+/// after that delivery settled: the message is done once, and the other
+/// ending is counted as a lost lease, never as a second done or a
+/// duplicate. (On Redis such an ack goes without the settle script.)
+pub async fn a_done_stalled_past_its_lease_is_counted_once(b: Arc<dyn Broker>) {
+    for (queue, stalled_first) in [("q1", true), ("q2", false)] {
+        b.publish(vec![msg(queue, "x")]).await.unwrap();
+        let claim = |holder: &str| KeyClaim {
+            key: "k".into(),
+            holder: holder.into(),
+        };
+        let mut stalled = receive_one(&*b, queue, SHORT).await;
+        let taken = b.claim(queue, &[claim(&stalled.receipt)], SHORT).await;
+        assert_eq!(taken.unwrap(), [ClaimState::Acquired]);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let current = receive_one(&*b, queue, SHORT).await;
+        let taken = b.claim(queue, &[claim(&current.receipt)], LEASE).await;
+        assert_eq!(taken.unwrap(), [ClaimState::Acquired], "{queue}");
+        // What the stalled host believed when it checked.
+        stalled.lease_until_ms = sluice::message::now_ms() + 60_000;
+        let done = |delivery| Settlement::Done {
+            delivery,
+            key: Some(("k".to_string(), Duration::from_secs(60))),
+            publishes: vec![],
+        };
+        let order = if stalled_first {
+            [stalled, current]
+        } else {
+            [current, stalled]
+        };
+        for d in order {
+            b.settle(&[done(d)]).await.unwrap();
+        }
+        let s = stats_until(&*b, queue, |s| s.pending() == 0).await;
+        assert_eq!(
+            (s.done, s.duplicates, s.lost_leases),
+            (1, 0, 1),
+            "{queue}: {s:?}"
+        );
+    }
+}
+
 /// A key is held by one delivery at a time: the holder may claim it again
 /// (which renews its lease), another delivery of the same message finds
 /// it busy until that lease ends.
@@ -110,6 +154,7 @@ pub async fn the_client_publishes_with_options(b: Arc<dyn Broker>) {
 
 on_every_backend!(broker:
     a_late_plain_done_is_refused,
+    a_done_stalled_past_its_lease_is_counted_once,
     a_key_is_held_by_one_delivery_at_a_time,
     the_client_publishes_with_options,
 );
