@@ -105,55 +105,34 @@ on_every_backend!(env: twenty_sigkills_lose_nothing_and_complete_each_once);
 fn cluster_failovers_mid_drain_lose_nothing_and_double_nothing() {
     let env = Env::on(Backend::Cluster(RedisCluster::start_with_replicas()));
     // Orders of 40 ms, 8 at a time: a drain of 15 s outlasts the failovers.
-    preload_with(&env, &ORDERS.replace("work_ms = 1", "work_ms = 40"));
-    let log = env.dir.path().join("host.log");
-    let mut host = env.spawn_run(&log);
-    wait_until(Duration::from_secs(60), "some orders done", || {
-        env.count_if_reachable("orders", "done")
-            .is_some_and(|done| done > 200)
-    });
-    let Backend::Cluster(cluster) = &env.backend else {
-        unreachable!()
-    };
-    let replicas = cluster.replicas();
-    assert_eq!(replicas.len(), 3, "one replica a master");
-    for &i in &replicas {
-        // Redis gives a manual failover 5 s to agree on the master's last
-        // write, and under load it can time out: asked again, as an
-        // operator would.
-        let started = Instant::now();
-        'asking: loop {
-            assert_eq!(cluster.nodes[i].cli(&["CLUSTER", "FAILOVER"]), "OK");
-            let asked = Instant::now();
-            while asked.elapsed() < Duration::from_secs(7) {
-                if cluster.role(i) == "master" {
-                    break 'asking;
+    drain_through(env, 40, "failover", |env| {
+        let Backend::Cluster(cluster) = &env.backend else {
+            unreachable!()
+        };
+        let replicas = cluster.replicas();
+        assert_eq!(replicas.len(), 3, "one replica a master");
+        for &i in &replicas {
+            // Redis gives a manual failover 5 s to agree on the master's
+            // last write, and under load it can time out: asked again, as
+            // an operator would.
+            let started = Instant::now();
+            'asking: loop {
+                assert_eq!(cluster.nodes[i].cli(&["CLUSTER", "FAILOVER"]), "OK");
+                let asked = Instant::now();
+                while asked.elapsed() < Duration::from_secs(7) {
+                    if cluster.role(i) == "master" {
+                        break 'asking;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
                 }
-                std::thread::sleep(Duration::from_millis(50));
+                assert!(
+                    started.elapsed() < Duration::from_secs(40),
+                    "the replica did not take over in 40 s\n{}",
+                    cluster.report(i)
+                );
             }
-            assert!(
-                started.elapsed() < Duration::from_secs(40),
-                "the replica did not take over in 40 s\n{}",
-                cluster.report(i)
-            );
         }
-    }
-    let mut done_after_failovers = None;
-    wait_until(Duration::from_secs(30), "stats after the failovers", || {
-        done_after_failovers = env.count_if_reachable("orders", "done");
-        done_after_failovers.is_some()
     });
-    let done_after_failovers = done_after_failovers.unwrap();
-    wait_until(Duration::from_secs(120), "every order done", || {
-        env.count_if_reachable("orders", "done") == Some(MESSAGES as u64)
-    });
-    unsafe { libc::kill(host.id() as i32, libc::SIGTERM) };
-    host.wait().unwrap();
-    assert!(
-        done_after_failovers < MESSAGES as u64,
-        "the drain was over before the last failover: the test proved nothing"
-    );
-    assert_each_completed_once(&env);
 }
 
 /// Each node of a three-master Cluster (with its writes on disk) is killed
@@ -161,36 +140,47 @@ fn cluster_failovers_mid_drain_lose_nothing_and_double_nothing() {
 /// and every message is done once.
 #[test]
 fn cluster_nodes_restarted_mid_drain_lose_nothing() {
-    let mut env = Env::on(Backend::Cluster(RedisCluster::start_persistent()));
+    let env = Env::on(Backend::Cluster(RedisCluster::start_persistent()));
     // Slower orders (5 ms each, 8 at a time): the drain outlasts the restarts.
-    preload_with(&env, &ORDERS.replace("work_ms = 1", "work_ms = 5"));
+    drain_through(env, 5, "restart", |env| {
+        let Backend::Cluster(cluster) = &mut env.backend else {
+            unreachable!()
+        };
+        for node in &mut cluster.nodes {
+            node.restart();
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    });
+}
+
+/// Drain orders of `work_ms` each through one host, doing `fault` to the
+/// broker once some are done: the drain must outlast the last `what`, and
+/// every order ends done exactly once.
+fn drain_through(mut env: Env, work_ms: u32, what: &str, fault: impl FnOnce(&mut Env)) {
+    preload_with(
+        &env,
+        &ORDERS.replace("work_ms = 1", &format!("work_ms = {work_ms}")),
+    );
     let log = env.dir.path().join("host.log");
     let mut host = env.spawn_run(&log);
     wait_until(Duration::from_secs(60), "some orders done", || {
         env.count_if_reachable("orders", "done")
             .is_some_and(|done| done > 200)
     });
-    let Backend::Cluster(cluster) = &mut env.backend else {
-        unreachable!()
-    };
-    for node in &mut cluster.nodes {
-        node.restart();
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    let mut done_after_restarts = None;
-    wait_until(Duration::from_secs(30), "stats after the restarts", || {
-        done_after_restarts = env.count_if_reachable("orders", "done");
-        done_after_restarts.is_some()
+    fault(&mut env);
+    let mut done_after = None;
+    wait_until(Duration::from_secs(30), "stats after the faults", || {
+        done_after = env.count_if_reachable("orders", "done");
+        done_after.is_some()
     });
-    let done_after_restarts = done_after_restarts.unwrap();
     wait_until(Duration::from_secs(120), "every order done", || {
         env.count_if_reachable("orders", "done") == Some(MESSAGES as u64)
     });
     unsafe { libc::kill(host.id() as i32, libc::SIGTERM) };
     host.wait().unwrap();
     assert!(
-        done_after_restarts < MESSAGES as u64,
-        "the drain was over before the last restart: the test proved nothing"
+        done_after.unwrap() < MESSAGES as u64,
+        "the drain was over before the last {what}: the test proved nothing"
     );
     assert_each_completed_once(&env);
 }

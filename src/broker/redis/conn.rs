@@ -140,43 +140,34 @@ mod tests {
 
     #[test]
     fn errors_that_may_clear_up_are_unavailable_and_the_rest_refused() {
-        let unavailable: Vec<RedisError> = vec![
-            std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into(),
-            std::io::Error::from(std::io::ErrorKind::ConnectionReset).into(),
-            (ErrorKind::Server(ServerErrorKind::BusyLoading), "loading").into(),
-            (ErrorKind::Server(ServerErrorKind::TryAgain), "resharding").into(),
-            (
-                ErrorKind::Server(ServerErrorKind::ClusterDown),
-                "cluster down",
-            )
-                .into(),
-            (
-                ErrorKind::Server(ServerErrorKind::MasterDown),
-                "master down",
-            )
-                .into(),
+        let server = |kind, text| RedisError::from((ErrorKind::Server(kind), text));
+        let io = |kind| RedisError::from(std::io::Error::from(kind));
+        // Each error, and whether the same call may succeed later.
+        let cases = [
+            (io(std::io::ErrorKind::ConnectionRefused), true),
+            (io(std::io::ErrorKind::ConnectionReset), true),
+            (server(ServerErrorKind::BusyLoading, "loading"), true),
+            (server(ServerErrorKind::TryAgain, "resharding"), true),
+            (server(ServerErrorKind::ClusterDown, "down"), true),
+            (server(ServerErrorKind::MasterDown, "down"), true),
             // The client reconnects after a refused login: what it waits
             // for may be fixed meanwhile, and a settlement is never dropped.
-            (ErrorKind::AuthenticationFailed, "WRONGPASS").into(),
-        ];
-        for e in unavailable {
-            let text = e.to_string();
-            assert!(classify(e).is_unavailable(), "{text} should be unavailable");
-        }
-        let refused: Vec<RedisError> = vec![
+            ((ErrorKind::AuthenticationFailed, "WRONGPASS").into(), true),
             (
-                ErrorKind::Server(ServerErrorKind::ResponseError),
-                "ERR in script",
-            )
-                .into(),
-            (ErrorKind::UnexpectedReturnType, "not an integer").into(),
+                server(ServerErrorKind::ResponseError, "ERR in script"),
+                false,
+            ),
+            (
+                (ErrorKind::UnexpectedReturnType, "not an integer").into(),
+                false,
+            ),
         ];
-        for e in refused {
+        for (e, unavailable) in cases {
             let text = e.to_string();
             let classified = classify(e);
-            assert!(!classified.is_unavailable(), "{text} should be refused");
+            assert_eq!(classified.is_unavailable(), unavailable, "{text}");
             // The client's error is kept as the cause.
-            assert!(std::error::Error::source(&classified).is_some());
+            assert!(std::error::Error::source(&classified).is_some(), "{text}");
         }
     }
 }
