@@ -292,10 +292,7 @@ impl Handler {
         match self.maker.make(deadline).await {
             Ok(warm) => Ok(warm),
             Err(Unmade::Failed(e, store)) => Err(classify(e, &store, true)),
-            Err(Unmade::TimedOut) => Err(Failure::Timeout(format!(
-                "{} (making the instance)",
-                TimedOut(self.spec.timeout)
-            ))),
+            Err(Unmade::TimedOut) => Err(timed_out(&TimedOut(self.spec.timeout), true)),
         }
     }
 
@@ -315,7 +312,7 @@ impl Handler {
         match result {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => Err(classify(e, store, false)),
-            Err(_) => Err(Failure::Timeout(TimedOut(self.spec.timeout).to_string())),
+            Err(_) => Err(timed_out(&TimedOut(self.spec.timeout), false)),
         }
     }
 
@@ -400,6 +397,13 @@ fn failed(f: Failure, instantiate: Option<Duration>) -> Called {
     }
 }
 
+/// A call, or the making of its instance, that ran out of time: by the
+/// call's own timer or by epoch interruption, the same words.
+fn timed_out(t: &TimedOut, making: bool) -> Failure {
+    let what = if making { " (making the instance)" } else { "" };
+    Failure::Timeout(format!("{t}{what}"))
+}
+
 fn classify(err: wasmtime::Error, store: &Store<HostState>, instantiating: bool) -> Failure {
     if let Some(full) = err.downcast_ref::<wasmtime::PoolConcurrencyLimitError>() {
         return Failure::PoolFull(full.to_string());
@@ -408,12 +412,7 @@ fn classify(err: wasmtime::Error, store: &Store<HostState>, instantiating: bool)
         return Failure::MemoryLimit(hit.to_string());
     }
     if let Some(t) = err.downcast_ref::<TimedOut>() {
-        let making = if instantiating {
-            " (making the instance)"
-        } else {
-            ""
-        };
-        return Failure::Timeout(format!("{t}{making}"));
+        return timed_out(t, instantiating);
     }
     if let Some(trap) = err.downcast_ref::<wasmtime::Trap>() {
         let place = err

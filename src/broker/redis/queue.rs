@@ -257,12 +257,13 @@ impl RedisBroker {
     /// Settle acks that need no check inside Redis (see [`is_plain`]): one
     /// `MULTI`/`EXEC` records the keys, acks and deletes the entries, moves
     /// their ordered groups on (`ADVANCE`) and counts them as done. What
-    /// each key held before says whether that was right: this delivery's
-    /// lease (or nothing) is; a key done by another message with it makes
-    /// the ack a duplicate; a key another delivery of the message holds or
-    /// finished means the ack came after the lease had passed on, which
-    /// the margin makes all but impossible but a stalled host could still
-    /// do: it is logged and counted as a lost lease, never as done.
+    /// each key held before says whether that was right (see
+    /// [`PlainAck`]): this delivery's lease, or nothing, is; a key done by
+    /// another message with it makes the ack a duplicate. A key another
+    /// delivery of the message held or finished means the ack came after
+    /// the lease had passed on, which the margin makes all but impossible
+    /// but a stalled host could still do: it is logged, and the message
+    /// counts done once (a lost lease where the other delivery finished).
     async fn settle_plain(&self, queue: &str, plain: &[&Settlement]) -> Result<()> {
         let keys = QueueKeys::new(queue);
         let mut pipe = redis::pipe();
@@ -323,11 +324,11 @@ impl RedisBroker {
         keyed: &[&Delivery],
         before: &[Value],
     ) -> Result<()> {
-        let (mut late, mut lost, mut overtook) = (0, Vec::new(), Vec::new());
+        let (mut duplicates, mut lost, mut overtook) = (0, Vec::new(), Vec::new());
         for (d, held) in keyed.iter().zip(before) {
             match plain_ack(d, held) {
                 PlainAck::Done => {}
-                PlainAck::Duplicate => late += 1,
+                PlainAck::Duplicate => duplicates += 1,
                 PlainAck::Finished => lost.push(d.id.as_str()),
                 PlainAck::Overtook => overtook.push(d.id.as_str()),
             }
@@ -335,8 +336,8 @@ impl RedisBroker {
         if !overtook.is_empty() || !lost.is_empty() {
             tracing::warn!(queue, overtook = ?overtook, finished = ?lost, "acks reached Redis after their deliveries' leases had passed to another delivery (the host stalled between checking the lease and Redis running them): those of messages another delivery still held are done, and that delivery's own settlement will be refused; those of messages another delivery had finished count as lost leases");
         }
-        if late > 0 || !lost.is_empty() {
-            self.recount(keys, late, lost.len() as i64).await?;
+        if duplicates > 0 || !lost.is_empty() {
+            self.recount(keys, duplicates, lost.len() as i64).await?;
         }
         Ok(())
     }
