@@ -452,20 +452,25 @@ async fn drain(
             "\n        redis: {all:.2} commands/msg (every command: batch reads, MULTI/EXEC and those inside scripts), server CPU {:.1} µs/msg",
             per_msg(a.cpu - b.cpu)
         );
-        let mut costs: Vec<(String, f64)> = a
+        let mut costs: Vec<(String, f64, f64)> = a
             .usec
             .iter()
-            .map(|(name, us)| (name.clone(), us - b.usec.get(name).copied().unwrap_or(0.0)))
-            .filter(|(_, us)| *us > 0.0)
+            .map(|(name, (us, calls))| {
+                let (us0, calls0) = b.usec.get(name).copied().unwrap_or_default();
+                (name.clone(), us - us0, calls - calls0)
+            })
+            .filter(|(_, us, _)| *us > 0.0)
             .collect();
         costs.sort_by(|x, y| y.1.total_cmp(&x.1));
         let costs: Vec<String> = costs
             .iter()
             .take(8)
-            .map(|(name, us)| format!("{name} {:.2}", us / n as f64))
+            .map(|(name, us, calls)| {
+                format!("{name} {:.2} ({:.3})", us / n as f64, calls / n as f64)
+            })
             .collect();
         line += &format!(
-            "\n        redis µs/msg by command (scripts include their calls): {}",
+            "\n        redis µs/msg by command, and calls/msg (scripts include their calls): {}",
             costs.join(", ")
         );
     }
@@ -500,8 +505,8 @@ fn process_cpu() -> f64 {
 struct RedisSnapshot {
     /// Every command, including those run inside scripts.
     calls: u64,
-    /// Microseconds spent per command name.
-    usec: std::collections::HashMap<String, f64>,
+    /// Microseconds spent and calls made, per command name.
+    usec: std::collections::HashMap<String, (f64, f64)>,
     /// CPU seconds of the server process.
     cpu: f64,
 }
@@ -541,7 +546,8 @@ impl RedisSnapshot {
             };
             let calls = field("calls=")? as u64;
             snap.calls += calls;
-            snap.usec.insert(name.to_string(), field("usec=")?);
+            snap.usec
+                .insert(name.to_string(), (field("usec=")?, calls as f64));
         }
         Some(snap)
     }

@@ -482,3 +482,92 @@ async fn a_publisher_that_missed_an_ordering_change_groups_by_the_new_one() {
     let stats = host.queue_stats("q").await.unwrap();
     assert_eq!((stats.delayed, stats.ungrouped), (1, 0), "{stats:?}");
 }
+
+/// Groups that an earlier version wrote move on: it kept each group's count
+/// of unsettled messages where this one keeps a mark, and each waiting
+/// message after its due time; both still read as they were meant.
+#[tokio::test]
+async fn groups_written_by_an_earlier_version_move_on_in_order() {
+    use sluice::broker::{Flow, GroupSource, OrderedGroups, Presence, Queue, Settlement};
+
+    let server = RedisServer::start();
+    let host = sluice::broker::RedisBroker::connect(&server.url())
+        .await
+        .unwrap();
+    let ordering = OrderedGroups {
+        group: GroupSource::Header("g".into()),
+        block_on_dead: false,
+    };
+    host.set_ordering("q", Some(&ordering)).await.unwrap();
+    // a1 leads group a, a2 and a3 wait behind it: the group counts 3.
+    let mut c = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let fields = |id: &str| {
+        let header = r#"[["g","a"]]"#;
+        ["i", id, "p", id, "h", header, "g", "a"].map(String::from)
+    };
+    redis::cmd("XADD")
+        .arg("sluice:{q}:stream")
+        .arg("*")
+        .arg(&fields("a1"))
+        .query_async::<String>(&mut c)
+        .await
+        .unwrap();
+    for id in ["a2", "a3"] {
+        redis::Script::new(
+            "return redis.call('RPUSH', KEYS[1], ARGV[1] .. ' ' .. cmsgpack.pack({unpack(ARGV, 2)}))",
+        )
+        .key("sluice:{q}:waiting:a")
+        .arg("1700000000000")
+        .arg(&fields(id)[..])
+        .invoke_async::<i64>(&mut c)
+        .await
+        .unwrap();
+    }
+    redis::cmd("HSET")
+        .arg("sluice:{q}:groups")
+        .arg("a")
+        .arg(3)
+        .arg("\0w")
+        .arg(2)
+        .query_async::<()>(&mut c)
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(30);
+    let mut order = Vec::new();
+    let mut published_a4 = false;
+    loop {
+        let got = host.receive("q", 10, lease, Flow::default()).await.unwrap();
+        let Some(d) = got.into_iter().next() else {
+            break;
+        };
+        assert_eq!(d.group.as_deref(), Some("a"));
+        order.push(String::from_utf8(d.payload.clone()).unwrap());
+        if !published_a4 {
+            // Published while the group is held: it waits behind a3.
+            let mut m = NewMessage::new("q", "a4");
+            m.headers = vec![("g".into(), "a".into())];
+            host.publish(vec![m]).await.unwrap();
+            published_a4 = true;
+        }
+        let done = Settlement::Done {
+            delivery: d,
+            key: None,
+            publishes: vec![],
+        };
+        host.settle(&[done]).await.unwrap();
+    }
+    assert_eq!(order, ["a1", "a2", "a3", "a4"]);
+    let held: bool = redis::cmd("HEXISTS")
+        .arg("sluice:{q}:groups")
+        .arg("a")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(!held, "the group is let go once its last message is done");
+    let stats = host.queue_stats("q").await.unwrap();
+    assert_eq!((stats.done, stats.pending()), (4, 0), "{stats:?}");
+}

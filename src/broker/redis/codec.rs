@@ -45,7 +45,13 @@ impl Entry {
     /// `[entry id, [field, value, ...]]`, as XRANGE and XREADGROUP give it.
     /// `None` for an entry that was deleted while pending (no fields).
     pub fn parse(v: Value) -> Option<Entry> {
-        let (entry, fields) = entry_fields(v)?;
+        let (entry, mut fields) = entry_fields(v)?;
+        if let [name, Value::BulkString(packed)] = fields.as_slice()
+            && bulk(name) == Some(b"m")
+            && let Some(unpacked) = unpack(packed)
+        {
+            fields = unpacked;
+        }
         if fields.is_empty() {
             return None;
         }
@@ -227,6 +233,55 @@ pub fn read_reply(reply: Value, queue: &str, lease_ms: u64) -> Vec<Delivery> {
     out
 }
 
+/// The items of a msgpack array as `cmsgpack.pack` writes an entry's
+/// fields (see `activate` in `scripts.rs`): strings, or binary, or integers
+/// (read as their decimal text). `None` for anything else, or bytes left
+/// over.
+fn unpack(mut b: &[u8]) -> Option<Vec<Value>> {
+    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = b.split_at_checked(n)?;
+        *b = rest;
+        Some(head)
+    }
+    fn be(bytes: &[u8]) -> u64 {
+        bytes.iter().fold(0, |n, &x| n << 8 | u64::from(x))
+    }
+    let len = |b: &mut &[u8], width: usize| take(b, width).map(|x| be(x) as usize);
+    // A string or binary whose length takes `width` bytes.
+    let sized = |b: &mut &[u8], width: usize| {
+        let n = len(b, width)?;
+        take(b, n).map(<[u8]>::to_vec)
+    };
+    let n = match take(&mut b, 1)?[0] {
+        t @ 0x90..=0x9f => usize::from(t & 0x0f),
+        0xdc => len(&mut b, 2)?,
+        0xdd => len(&mut b, 4)?,
+        _ => return None,
+    };
+    let mut items = Vec::with_capacity(n.min(b.len()));
+    for _ in 0..n {
+        let t = take(&mut b, 1)?[0];
+        let item = match t {
+            0xa0..=0xbf => take(&mut b, usize::from(t & 0x1f))?.to_vec(),
+            0xd9 | 0xc4 => sized(&mut b, 1)?,
+            0xda | 0xc5 => sized(&mut b, 2)?,
+            0xdb | 0xc6 => sized(&mut b, 4)?,
+            0x00..=0x7f => t.to_string().into_bytes(),
+            0xe0..=0xff => (t as i8).to_string().into_bytes(),
+            0xcc..=0xcf => be(take(&mut b, 1 << (t - 0xcc))?).to_string().into_bytes(),
+            0xd0..=0xd3 => {
+                let width = 1 << (t - 0xd0);
+                let raw = be(take(&mut b, width)?);
+                let shift = 64 - 8 * width as u32;
+                (((raw << shift) as i64) >> shift).to_string().into_bytes()
+            }
+            _ => return None,
+        };
+        items.push(Value::BulkString(item));
+    }
+    b.is_empty().then_some(items)
+}
+
 /// The time part of a stream entry id, in milliseconds.
 fn entry_time(entry: &str) -> u64 {
     entry
@@ -382,6 +437,44 @@ mod tests {
     }
 
     #[test]
+    fn a_packed_entry_reads_as_its_fields() {
+        // What `cmsgpack.pack` writes for {'i', 'm1', 'p', <40 bytes>, 'g',
+        // '7', 'a', '2'}: a fixarray of fixstrs and one str8.
+        let mut packed = vec![0x98, 0xa1, b'i', 0xa2, b'm', b'1', 0xa1, b'p', 0xd9, 40];
+        packed.extend([b'x'; 40]);
+        packed.extend([0xa1, b'g', 0xa1, b'7', 0xa1, b'a', 0xa1, b'2']);
+        let v = entry("9-1", &[("m", &packed)]);
+        let d = Entry::parse(v).unwrap().into_delivery("q", 1, 0);
+        assert_eq!(
+            (d.id.as_str(), d.payload.as_slice()),
+            ("m1", &[b'x'; 40][..])
+        );
+        assert_eq!((d.group.as_deref(), d.attempt), (Some("7"), 3));
+        assert_eq!(d.enqueued_at_ms, 9);
+        // Bytes left over, or a length past the end: not packed fields.
+        for bad in [
+            &[0x91, 0xa1, b'i', 0][..],
+            &[0x91, 0xa5, b'i'],
+            &[0x81, 0xa1, b'i'],
+        ] {
+            assert_eq!(unpack(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn packed_numbers_read_as_their_text() {
+        let packed = [
+            0x96, 0x05, 0xff, 0xcd, 0x01, 0x00, 0xd1, 0xff, 0x00, 0xcc, 200, 0xd0, 0x80,
+        ];
+        let texts: Vec<String> = unpack(&packed)
+            .unwrap()
+            .into_iter()
+            .map(|v| into_string(v).unwrap())
+            .collect();
+        assert_eq!(texts, ["5", "-1", "256", "-256", "200", "-128"]);
+    }
+
+    #[test]
     fn an_entry_deleted_while_pending_is_skipped() {
         let v = Value::Array(vec![bulk(b"1-0"), Value::Nil]);
         assert!(Entry::parse(v).is_none());
@@ -403,7 +496,7 @@ mod fuzz {
             any::<i64>().prop_map(Value::Int),
             prop::collection::vec(any::<u8>(), 0..24).prop_map(Value::BulkString),
             prop::sample::select(vec![
-                "i", "p", "k", "h", "t", "a", "e", "c", "r", "v", "n", "q", "d", "1-0", "x"
+                "i", "p", "k", "h", "t", "a", "e", "c", "r", "v", "n", "q", "d", "m", "1-0", "x"
             ])
             .prop_map(|s| Value::BulkString(s.as_bytes().to_vec())),
             "[a-z0-9-]{0,8}".prop_map(Value::SimpleString),
@@ -485,13 +578,63 @@ mod fuzz {
                 flat.push(Value::BulkString(name.as_bytes().to_vec()));
                 flat.push(Value::BulkString(v));
             }
+            let packed = pack(&flat);
             let v = Value::Array(vec![Value::BulkString(b"7-0".to_vec()), Value::Array(flat)]);
             let d = Entry::parse(v).unwrap().into_delivery("q", 1, 0);
             prop_assert_eq!(&d.id, &id);
-            prop_assert_eq!(d.key, key.unwrap_or(id));
-            prop_assert_eq!(d.payload, payload);
-            prop_assert_eq!(d.headers, headers);
+            prop_assert_eq!(&d.key, key.as_ref().unwrap_or(&id));
+            prop_assert_eq!(&d.payload, &payload);
+            prop_assert_eq!(&d.headers, &headers);
             prop_assert_eq!(u64::from(d.attempt), attempts + 1);
+            // The same fields packed into `m`, as an ordered group's
+            // waiting message is written when it becomes active.
+            let m = vec![Value::BulkString(b"m".to_vec()), Value::BulkString(packed)];
+            let v = Value::Array(vec![Value::BulkString(b"7-0".to_vec()), Value::Array(m)]);
+            let p = Entry::parse(v).unwrap().into_delivery("q", 1, 0);
+            prop_assert_eq!(
+                (p.id, p.key, p.payload, p.headers, p.attempt),
+                (d.id, d.key, d.payload, d.headers, d.attempt)
+            );
         }
+
+        #[test]
+        fn any_bytes_unpack_without_panicking(b in prop::collection::vec(any::<u8>(), 0..64)) {
+            let _ = unpack(&b);
+        }
+    }
+
+    /// `items` packed as `cmsgpack.pack` packs a list of strings: each
+    /// header and length in its shortest form.
+    fn pack(items: &[Value]) -> Vec<u8> {
+        // A length after its type byte: `codes` for 1, 2 and 4 bytes of it.
+        fn sized(out: &mut Vec<u8>, codes: [u8; 3], n: usize) {
+            let (code, width) = match n {
+                0..0x100 => (codes[0], 1),
+                0x100..0x10000 => (codes[1], 2),
+                _ => (codes[2], 4),
+            };
+            out.push(code);
+            out.extend(&(n as u32).to_be_bytes()[4 - width..]);
+        }
+        let mut out = Vec::new();
+        match items.len() {
+            n @ 0..16 => out.push(0x90 | n as u8),
+            n @ 16..0x10000 => {
+                out.push(0xdc);
+                out.extend((n as u16).to_be_bytes());
+            }
+            n => sized(&mut out, [0xdd; 3], n),
+        }
+        for item in items {
+            let Value::BulkString(b) = item else {
+                panic!("only strings")
+            };
+            match b.len() {
+                l @ 0..32 => out.push(0xa0 | l as u8),
+                l => sized(&mut out, [0xd9, 0xda, 0xdb], l),
+            }
+            out.extend(b);
+        }
+        out
     }
 }

@@ -87,7 +87,7 @@ struct QueueKeys {
     flow: String,
     /// The last tick of each schedule of the queue, by name (see `FIRE`).
     schedules: String,
-    /// Ordered groups: the ordering, member counts and blocks (see
+    /// Ordered groups: the ordering, which groups are held, and blocks (see
     /// `enqueue_grouped` in the scripts' prelude) ...
     groups: String,
     /// ... and the prefix of each group's list of waiting messages, in

@@ -18,9 +18,12 @@
 //! attempts before this entry (when not 0), `e` last error, `c` scheduled
 //! redrives the message has been through (when not 0; written by `REPLAY`,
 //! then carried along like every other field, into the dead letter too),
-//! `g` the message's ordered group (when it has one; `w` its due time while
-//! it waits for its group, see `enqueue_grouped`), `s` the times the handler
-//! snoozed it (when not 0; a replay starts again from 0).
+//! `g` the message's ordered group (when it has one), `s` the times the
+//! handler snoozed it (when not 0; a replay starts again from 0). A waiting
+//! message of an ordered group that becomes active is written as one field
+//! instead, `m`, all of its fields packed (msgpack) as it waited: the
+//! cheapest way to move it (see `activate`); whatever reads an entry reads
+//! both forms.
 //! Dead letters add `r` reason, `v` handler version and `n` attempts; the
 //! time of death is the dead entry's id, so `REPLAY`'s cut-off is the end of
 //! an `XRANGE` and agrees with what `dlq list` shows. (A field written from
@@ -66,17 +69,24 @@ end
 
 /// Moving an ordered group on (see [`PRELUDE`]): all that `ADVANCE` needs
 /// beside [`BASE`].
-const GROUP_CORE: &str = r#"-- Make a waiting body (its due time, a space, its packed fields) active:
--- queue it for its due time.
+const GROUP_CORE: &str = r#"-- Make a waiting body active. One that waits with a due time still ahead
+-- when it was queued is that time, a space, then its packed fields: it is
+-- queued for that time. The rest are their packed fields alone, written to
+-- the stream as they are, in one field `m` (unpacking them and writing
+-- each field costs the server more than the rest of moving a group on).
 local function activate(S, Z, H, waiting, now)
-  local sp = string.find(waiting, ' ', 1, true)
-  local f = cmsgpack.unpack(string.sub(waiting, sp + 1))
-  local due = tonumber(string.sub(waiting, 1, sp - 1))
-  if due > now then
-    enqueue(S, Z, H, get_field(f, 'i'), f, due, now)
-  else
-    redis.call('XADD', S, '*', unpack(f))
+  local first = string.byte(waiting, 1)
+  if first >= 48 and first <= 57 then
+    local sp = string.find(waiting, ' ', 1, true)
+    local due = tonumber(string.sub(waiting, 1, sp - 1))
+    waiting = string.sub(waiting, sp + 1)
+    if due > now then
+      local f = cmsgpack.unpack(waiting)
+      enqueue(S, Z, H, get_field(f, 'i'), f, due, now)
+      return
+    end
   end
+  redis.call('XADD', S, '*', 'm', waiting)
 end
 -- The active message of group g left for good (or the dead letter that
 -- blocked it is gone): the oldest waiting one becomes active. (A group
@@ -84,10 +94,9 @@ end
 -- making its dead letter active again, or by this.) Returns 1 if one did,
 -- for the caller to take off the count of waiting messages.
 local function advance(S, Z, H, G, W, g, now)
-  if redis.call('HINCRBY', G, g, -1) <= 0 then redis.call('HDEL', G, g); return 0 end
-  local packed = redis.call('LPOP', W .. ':' .. g)
-  if not packed then return 0 end
-  activate(S, Z, H, packed, now)
+  local waiting = redis.call('LPOP', W .. ':' .. g)
+  if not waiting then redis.call('HDEL', G, g); return 0 end
+  activate(S, Z, H, waiting, now)
   return 1
 end
 local function activated(G, n)
@@ -108,18 +117,21 @@ end
 -- Ordered groups, in the queue's `groups` hash G and lists named from the
 -- prefix W. G holds the ordering ("\0spec"), how many messages wait
 -- ("\0w"), the dead letter blocking a group ("\0b" .. group) and, by group,
--- how many of its messages are unsettled (active, waiting, or dead and
--- blocking). Only one message of a group is active (in the stream, delayed
--- or leased) at a time; the others wait in order in the list W .. ':' ..
--- group (a key of the queue's hash slot, as its name starts with W), each
--- a packed body after its own due time.
+-- a mark while one of its messages is active or dead and blocking it (any
+-- value: earlier versions counted the group's unsettled messages there,
+-- which reads the same). Only one message of a group is active (in the
+-- stream, delayed or leased) at a time; the others wait in order in the
+-- list W .. ':' .. group (a key of the queue's hash slot, as its name
+-- starts with W), as `activate` reads them.
 local function enqueue_grouped(S, Z, H, G, W, id, fields, due, now, g)
   if g == '' then enqueue(S, Z, H, id, fields, due, now); return end
   set_field(fields, 'g', g)
-  if redis.call('HINCRBY', G, g, 1) == 1 then
+  if redis.call('HSETNX', G, g, '1') == 1 then
     enqueue(S, Z, H, id, fields, due, now)
   else
-    redis.call('RPUSH', W .. ':' .. g, due .. ' ' .. cmsgpack.pack(fields))
+    local waiting = cmsgpack.pack(fields)
+    if due > now then waiting = due .. ' ' .. waiting end
+    redis.call('RPUSH', W .. ':' .. g, waiting)
     redis.call('HINCRBY', G, '\0w', 1)
   end
 end
@@ -479,7 +491,9 @@ local function body(entry)
   if removed[entry] then return nil end
   local r = redis.call('XRANGE', S, entry, entry)
   if r[1] == nil then return nil end
-  return r[1][2]
+  local f = r[1][2]
+  if f[1] == 'm' then return cmsgpack.unpack(f[2]) end
+  return f
 end
 local function remove(entry)
   if not removed[entry] then

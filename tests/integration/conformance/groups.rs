@@ -267,7 +267,55 @@ pub async fn keyed_acks_move_their_groups_on(b: Arc<dyn Broker>) {
     );
 }
 
+/// A delayed message that waits behind its group keeps its due time: when
+/// its turn comes before that time, it waits for it (and holds its group
+/// meanwhile); when its turn comes after it, it is delivered at once.
+pub async fn a_delayed_member_waits_for_its_turn_and_its_time(b: Arc<dyn Broker>) {
+    order(&*b, "q", false).await;
+    let delayed = |payload: &str, delay_ms: u64| {
+        let mut m = member("q", "a", payload);
+        m.delay = Duration::from_millis(delay_ms);
+        m
+    };
+    b.publish(vec![
+        member("q", "a", "a1"),
+        delayed("a2", 600),
+        delayed("a3", 1),
+        member("q", "a", "a4"),
+    ])
+    .await
+    .unwrap();
+    let a1 = take(&*b, "q").await.pop().unwrap();
+    let published = Instant::now();
+    settle(&*b, done(a1)).await;
+    assert!(take(&*b, "q").await.is_empty(), "a2 is not due yet");
+    let a2 = take_until(&*b, "q", &["a2"]).await.pop().unwrap();
+    assert!(published.elapsed() >= Duration::from_millis(500));
+    assert!(take(&*b, "q").await.is_empty(), "a3 waits for a2");
+    settle(&*b, done(a2)).await;
+    // a3 was due long before its turn: it comes at once.
+    let a3 = take(&*b, "q").await.pop().expect("a3 follows a2 at once");
+    assert_eq!(payloads(std::slice::from_ref(&a3)), ["a3"]);
+    settle(&*b, done(a3)).await;
+    let a4 = take(&*b, "q").await.pop().expect("a4 follows a3");
+    // A retry writes the message again from what was delivered.
+    let retry = Settlement::Retry {
+        delivery: a4,
+        delay: Duration::ZERO,
+        error: "again".into(),
+        key: None,
+    };
+    settle(&*b, retry).await;
+    let a4 = take_until(&*b, "q", &["a4"]).await.pop().unwrap();
+    assert_eq!((a4.attempt, a4.group.as_deref()), (2, Some("a")));
+    assert_eq!(a4.last_error.as_deref(), Some("again"));
+    settle(&*b, done(a4)).await;
+    let s = stats_until(&*b, "q", |s| s.done == 4).await;
+    assert_eq!(s.pending(), 0, "{s:?}");
+}
+
 on_every_backend!(broker:
+    a_delayed_member_waits_for_its_turn_and_its_time,
     keyed_acks_move_their_groups_on,
     a_group_is_leased_one_message_at_a_time_in_order,
     a_dead_message_moves_its_group_on_or_blocks_it,
