@@ -51,14 +51,32 @@ pub async fn stats(ctx: &Context, args: StatsArgs) -> Result<()> {
 /// The queues table.
 fn print_queues(all: &[QueueStats]) {
     println!(
-        "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9}  STATE",
-        "QUEUE", "READY", "DELAYED", "IN_FLIGHT", "DONE", "DUPLICATES", "RETRIED", "DEAD"
+        "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9} {:>11} {:>9}  STATE",
+        "QUEUE",
+        "READY",
+        "DELAYED",
+        "IN_FLIGHT",
+        "DONE",
+        "DUPLICATES",
+        "RETRIED",
+        "DEAD",
+        "LOST_LEASES",
+        "UNGROUPED"
     );
     for q in all {
         let state = if q.paused { "paused" } else { "running" };
         println!(
-            "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9}  {state}",
-            q.queue, q.ready, q.delayed, q.in_flight, q.done, q.duplicates, q.retried, q.dead
+            "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9} {:>11} {:>9}  {state}",
+            q.queue,
+            q.ready,
+            q.delayed,
+            q.in_flight,
+            q.done,
+            q.duplicates,
+            q.retried,
+            q.dead,
+            q.lost_leases,
+            q.ungrouped
         );
     }
 }

@@ -98,6 +98,24 @@ fn groups_are_handled_in_sequence_across_hosts_and_a_kill(env: Env) {
         "one in ten retried: {stats}"
     );
     assert_eq!(stats["ungrouped"], 0, "{stats}");
+    // The text table has each count under its name, as --json gives it.
+    let text = env.sluice(&["stats"]);
+    let mut rows = text.lines();
+    let header: Vec<&str> = rows.next().unwrap().split_whitespace().collect();
+    let row: Vec<&str> = rows
+        .find(|l| l.starts_with("seq "))
+        .unwrap_or_else(|| panic!("no row for seq:\n{text}"))
+        .split_whitespace()
+        .collect();
+    for (column, field) in [
+        ("DONE", "done"),
+        ("RETRIED", "retried"),
+        ("LOST_LEASES", "lost_leases"),
+        ("UNGROUPED", "ungrouped"),
+    ] {
+        let at = header.iter().position(|h| *h == column).unwrap();
+        assert_eq!(row[at], stats[field].to_string(), "{column}:\n{text}");
+    }
     let log: String = logs
         .iter()
         .map(|l| std::fs::read_to_string(l).unwrap())
