@@ -332,8 +332,7 @@ async fn unreadable_outbox_entries_are_dead_lettered_and_the_rest_relayed() {
     use sluice::broker::{DeadLetters, Presence, RedisBroker};
 
     let server = RedisServer::start();
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let mut c = server.conn().await;
     let outbox = "sluice:{src}:outbox";
     let mut pipe = redis::pipe();
     for i in 0..600 {
@@ -426,11 +425,7 @@ async fn a_short_lease_host_does_not_take_a_long_lease_hosts_message() {
     }
     // The long lease is what the queue's consumers see.
     drop(long);
-    let mut c = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut c = server.conn().await;
     let leases: Vec<String> = redis::cmd("HVALS")
         .arg("sluice:{q}:leases")
         .query_async(&mut c)
@@ -439,12 +434,27 @@ async fn a_short_lease_host_does_not_take_a_long_lease_hosts_message() {
     assert!(leases.iter().any(|l| l.starts_with("30000 ")), "{leases:?}");
 }
 
+/// Queue `q`'s ordering in the group its header `g` names.
+fn by_header_g() -> sluice::broker::OrderedGroups {
+    sluice::broker::OrderedGroups {
+        group: sluice::broker::GroupSource::Header("g".into()),
+        block_on_dead: false,
+    }
+}
+
+/// A message to `q` in group `a` (by its header `g`).
+fn in_group_a(payload: &str) -> NewMessage {
+    let mut m = NewMessage::new("q", payload);
+    m.headers = vec![("g".into(), "a".into())];
+    m
+}
+
 /// A host that published to a queue before another set its ordering still
 /// groups what it publishes next: the script finds the ordering it took
 /// the groups with is not the queue's, and it takes them again.
 #[tokio::test]
 async fn a_publisher_that_missed_an_ordering_change_groups_by_the_new_one() {
-    use sluice::broker::{Flow, GroupSource, OrderedGroups, Presence, Queue};
+    use sluice::broker::{Flow, Presence, Queue};
 
     let server = RedisServer::start();
     let publisher = sluice::broker::RedisBroker::connect(&server.url())
@@ -453,21 +463,12 @@ async fn a_publisher_that_missed_an_ordering_change_groups_by_the_new_one() {
     let host = sluice::broker::RedisBroker::connect(&server.url())
         .await
         .unwrap();
-    let grouped = |payload: &str| {
-        let mut m = NewMessage::new("q", payload);
-        m.headers = vec![("g".into(), "a".into())];
-        m
-    };
     // The publisher sees the queue unordered...
-    publisher.publish(vec![grouped("a0")]).await.unwrap();
+    publisher.publish(vec![in_group_a("a0")]).await.unwrap();
     // ... then another host orders it.
-    let ordering = OrderedGroups {
-        group: GroupSource::Header("g".into()),
-        block_on_dead: false,
-    };
-    host.set_ordering("q", Some(&ordering)).await.unwrap();
+    host.set_ordering("q", Some(&by_header_g())).await.unwrap();
     publisher
-        .publish(vec![grouped("a1"), grouped("a2")])
+        .publish(vec![in_group_a("a1"), in_group_a("a2")])
         .await
         .unwrap();
     let lease = Duration::from_secs(30);
@@ -488,23 +489,15 @@ async fn a_publisher_that_missed_an_ordering_change_groups_by_the_new_one() {
 /// message after its due time; both still read as they were meant.
 #[tokio::test]
 async fn groups_written_by_an_earlier_version_move_on_in_order() {
-    use sluice::broker::{Flow, GroupSource, OrderedGroups, Presence, Queue, Settlement};
+    use sluice::broker::{Flow, Presence, Queue, Settlement};
 
     let server = RedisServer::start();
     let host = sluice::broker::RedisBroker::connect(&server.url())
         .await
         .unwrap();
-    let ordering = OrderedGroups {
-        group: GroupSource::Header("g".into()),
-        block_on_dead: false,
-    };
-    host.set_ordering("q", Some(&ordering)).await.unwrap();
+    host.set_ordering("q", Some(&by_header_g())).await.unwrap();
     // a1 leads group a, a2 and a3 wait behind it: the group counts 3.
-    let mut c = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut c = server.conn().await;
     let fields = |id: &str| {
         let header = r#"[["g","a"]]"#;
         ["i", id, "p", id, "h", header, "g", "a"].map(String::from)
@@ -548,9 +541,7 @@ async fn groups_written_by_an_earlier_version_move_on_in_order() {
         order.push(String::from_utf8(d.payload.clone()).unwrap());
         if !published_a4 {
             // Published while the group is held: it waits behind a3.
-            let mut m = NewMessage::new("q", "a4");
-            m.headers = vec![("g".into(), "a".into())];
-            host.publish(vec![m]).await.unwrap();
+            host.publish(vec![in_group_a("a4")]).await.unwrap();
             published_a4 = true;
         }
         let done = Settlement::Done {

@@ -149,6 +149,16 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// A connection of the test's own, to look at or write into the keys
+    /// sluice keeps.
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
     /// SIGKILL and wait; idempotent.
     ///
     /// SIGKILL rather than SHUTDOWN, because the point is to lose the server
