@@ -36,6 +36,7 @@ pub mod codec;
 pub mod dead;
 pub mod error;
 pub mod kv;
+pub mod postgres;
 pub mod presence;
 pub mod queue;
 pub mod redis;
@@ -43,6 +44,7 @@ pub mod schedules;
 pub mod sqlite;
 pub mod topics;
 
+pub use self::postgres::PgBroker;
 pub use self::redis::RedisBroker;
 pub use dead::{DeadLetter, DeadLetters, ReplaySelector};
 pub use error::{BrokerError, Result};

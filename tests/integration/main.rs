@@ -65,6 +65,8 @@ mod languages;
 mod layout;
 mod outcomes;
 mod overlap;
+mod pg_support;
+mod postgres;
 mod redis;
 mod redis_support;
 mod redrive;

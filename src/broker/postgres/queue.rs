@@ -1,0 +1,338 @@
+//! The queue role on PostgreSQL: one statement per batch. Receiving picks
+//! due rows with `FOR UPDATE SKIP LOCKED` and leases them in the same
+//! statement; claiming keys, settling and extending leases are the schema's
+//! functions (`schema_1.sql`), given one array per field.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{PgBroker, classify};
+use crate::broker::codec::{decode_headers, encode_headers, lease_expired};
+use crate::broker::{
+    BrokerError, ClaimState, Flow, KeyClaim, Lease, OrderedGroups, Queue, Result, Settlement,
+};
+use crate::message::{Delivery, NewMessage, new_id};
+
+/// Lease up to $2 due messages of queue $1 for $3 ms. A row whose lease
+/// ran out gets the lease-expired text ($4, with its attempt number in
+/// place of `u32::MAX`) as its last error.
+const RECEIVE: &str = "
+WITH picked AS (
+    SELECT seq, leased AS was_leased FROM messages
+    WHERE queue = $1 AND visible_at <= now_ms()
+    ORDER BY visible_at, seq
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE messages m
+SET leased = true,
+    visible_at = now_ms() + $3,
+    receipt = substr(md5(random()::text || m.seq::text), 1, 16),
+    attempt = m.attempt + 1,
+    last_error = CASE WHEN picked.was_leased
+                      THEN replace($4, '4294967295', m.attempt::text)
+                      ELSE m.last_error END
+FROM picked
+WHERE m.seq = picked.seq
+RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.enqueued_at, m.last_error,
+          m.receipt, m.visible_at, m.grp, m.snoozes";
+
+#[async_trait]
+impl Queue for PgBroker {
+    async fn publish(&self, messages: Vec<NewMessage>) -> Result<Vec<String>> {
+        let ids: Vec<String> = messages.iter().map(|_| new_id()).collect();
+        let mut batch = Publishes::default();
+        for (id, m) in ids.iter().zip(&messages) {
+            batch.push(id.clone(), m);
+        }
+        let conn = self.conn("publishing").await?;
+        conn.execute(
+            "SELECT enqueue($1, $2, $3, $4, $5, $6)",
+            &[
+                &batch.ids,
+                &batch.queues,
+                &batch.keys,
+                &batch.payloads,
+                &batch.headers,
+                &batch.delays,
+            ],
+        )
+        .await
+        .map_err(|e| classify("publishing", e))?;
+        Ok(ids)
+    }
+
+    async fn receive(
+        &self,
+        queue: &str,
+        max: usize,
+        lease: Duration,
+        flow: Flow,
+    ) -> Result<Vec<Delivery>> {
+        if flow.max_in_flight.is_some() || flow.rate.is_some() {
+            return Err(not_yet(queue, "max_in_flight and rate"));
+        }
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let conn = self.conn("receiving").await?;
+        let rows = conn
+            .query(
+                RECEIVE,
+                &[
+                    &queue,
+                    &(max as i64),
+                    &(lease.as_millis() as i64),
+                    &lease_expired(u32::MAX),
+                ],
+            )
+            .await
+            .map_err(|e| classify("receiving", e))?;
+        let mut out: Vec<Delivery> = rows
+            .iter()
+            .map(|row| {
+                let headers: Option<String> = row.get(3);
+                Delivery {
+                    id: row.get(0),
+                    queue: queue.to_string(),
+                    key: row.get(1),
+                    payload: row.get(2),
+                    headers: headers.map_or_else(Vec::new, |h| decode_headers(h.as_bytes())),
+                    attempt: row.get::<_, i32>(4) as u32,
+                    enqueued_at_ms: row.get::<_, i64>(5) as u64,
+                    last_error: row.get(6),
+                    receipt: row.get(7),
+                    lease_until_ms: row.get::<_, i64>(8) as u64,
+                    group: row.get(9),
+                    snoozes: row.get::<_, i32>(10) as u32,
+                }
+            })
+            .collect();
+        // UPDATE ... RETURNING gives rows in no set order: oldest first.
+        out.sort_by_key(|d| d.enqueued_at_ms);
+        Ok(out)
+    }
+
+    async fn claim(
+        &self,
+        queue: &str,
+        claims: &[KeyClaim],
+        lease: Duration,
+    ) -> Result<Vec<ClaimState>> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<&str> = claims.iter().map(|c| c.key.as_str()).collect();
+        let holders: Vec<&str> = claims.iter().map(|c| c.holder.as_str()).collect();
+        let conn = self.conn("taking idempotency keys").await?;
+        let row = conn
+            .query_one(
+                "SELECT claim($1, $2, $3, $4)",
+                &[&queue, &keys, &holders, &(lease.as_millis() as i64)],
+            )
+            .await
+            .map_err(|e| classify("taking idempotency keys", e))?;
+        let states: Vec<i32> = row.get(0);
+        Ok(states
+            .into_iter()
+            .map(|s| match s {
+                0 => ClaimState::Acquired,
+                1 => ClaimState::AlreadyDone,
+                _ => ClaimState::Busy,
+            })
+            .collect())
+    }
+
+    async fn settle(&self, settlements: &[Settlement]) -> Result<()> {
+        if settlements.is_empty() {
+            return Ok(());
+        }
+        let args = SettleArgs::new(settlements);
+        let conn = self.conn("settling").await?;
+        let row = conn
+            .query_one(
+                "SELECT settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+                               $12, $13, $14, $15, $16, $17, $18)",
+                &[
+                    &args.kinds,
+                    &args.ids,
+                    &args.receipts,
+                    &args.queues,
+                    &args.keys,
+                    &args.retentions,
+                    &args.delays,
+                    &args.errors,
+                    &args.reasons,
+                    &args.versions,
+                    &args.attempts,
+                    &args.owners,
+                    &args.publishes.ids,
+                    &args.publishes.queues,
+                    &args.publishes.keys,
+                    &args.publishes.payloads,
+                    &args.publishes.headers,
+                    &args.publishes.delays,
+                ],
+            )
+            .await
+            .map_err(|e| classify("settling", e))?;
+        let states: Vec<i32> = row.get(0);
+        let lost: Vec<&str> = settlements
+            .iter()
+            .zip(&states)
+            .filter(|(_, st)| **st == 0)
+            .map(|(s, _)| s.delivery().id.as_str())
+            .collect();
+        if !lost.is_empty() {
+            tracing::warn!(ids = ?lost, "settlements refused: their deliveries had lost their leases (the messages were delivered again)");
+        }
+        Ok(())
+    }
+
+    async fn extend(&self, queue: &str, leases: &[Lease], lease: Duration) -> Result<Vec<bool>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = leases.iter().map(|l| l.id.as_str()).collect();
+        let receipts: Vec<&str> = leases.iter().map(|l| l.receipt.as_str()).collect();
+        let keys: Vec<Option<&str>> = leases.iter().map(|l| l.key.as_deref()).collect();
+        let conn = self.conn("extending leases").await?;
+        let row = conn
+            .query_one(
+                "SELECT extend($1, $2, $3, $4, $5)",
+                &[&queue, &ids, &receipts, &keys, &(lease.as_millis() as i64)],
+            )
+            .await
+            .map_err(|e| classify("extending leases", e))?;
+        Ok(row.get(0))
+    }
+
+    async fn set_ordering(&self, queue: &str, ordering: Option<&OrderedGroups>) -> Result<()> {
+        match ordering {
+            None => Ok(()),
+            Some(_) => Err(not_yet(queue, "ordered groups")),
+        }
+    }
+}
+
+/// The refusal of a feature the PostgreSQL broker does not have yet.
+fn not_yet(queue: &str, what: &str) -> BrokerError {
+    BrokerError::refused(
+        format!("queue {queue:?}"),
+        std::io::Error::other(format!(
+            "{what} are not yet available on the PostgreSQL broker: use SQLite or Redis for this queue"
+        )),
+    )
+}
+
+/// Messages to enqueue, one array per column, as `enqueue` takes them.
+#[derive(Default)]
+struct Publishes {
+    ids: Vec<String>,
+    queues: Vec<String>,
+    keys: Vec<Option<String>>,
+    payloads: Vec<Vec<u8>>,
+    headers: Vec<Option<String>>,
+    delays: Vec<i64>,
+}
+
+impl Publishes {
+    /// Add message `m` as `id`.
+    fn push(&mut self, id: String, m: &NewMessage) {
+        self.ids.push(id);
+        self.queues.push(m.queue.clone());
+        self.keys.push(m.key.clone());
+        self.payloads.push(m.payload.clone());
+        self.headers.push(encode_headers(&m.headers));
+        self.delays.push(m.delay.as_millis() as i64);
+    }
+}
+
+/// A settle batch as `settle` takes it: one array per field, and the
+/// publishes with the (1-based) settlement each belongs to.
+#[derive(Default)]
+struct SettleArgs {
+    kinds: Vec<&'static str>,
+    ids: Vec<String>,
+    receipts: Vec<String>,
+    queues: Vec<String>,
+    keys: Vec<Option<String>>,
+    retentions: Vec<i64>,
+    delays: Vec<i64>,
+    errors: Vec<Option<String>>,
+    reasons: Vec<Option<String>>,
+    versions: Vec<Option<String>>,
+    attempts: Vec<i32>,
+    owners: Vec<i32>,
+    publishes: Publishes,
+}
+
+impl SettleArgs {
+    fn new(settlements: &[Settlement]) -> Self {
+        let mut a = SettleArgs::default();
+        for (i, s) in settlements.iter().enumerate() {
+            let d = s.delivery();
+            let owner = i as i32 + 1;
+            let (mut retention, mut delay) = (Duration::ZERO, Duration::ZERO);
+            let (mut error, mut reason, mut version) = (None, None, None);
+            let mut publishes: &[NewMessage] = &[];
+            let kind = match s {
+                Settlement::Done {
+                    key, publishes: p, ..
+                } => {
+                    retention = key.as_ref().map_or(Duration::ZERO, |(_, r)| *r);
+                    publishes = p;
+                    "D"
+                }
+                Settlement::Duplicate { .. } => "U",
+                Settlement::Retry {
+                    delay: dl,
+                    error: e,
+                    ..
+                } => {
+                    delay = *dl;
+                    error = Some(e.clone());
+                    "R"
+                }
+                Settlement::Defer { delay: dl, .. } => {
+                    delay = *dl;
+                    "F"
+                }
+                Settlement::Snooze { delay: dl, .. } => {
+                    delay = *dl;
+                    "S"
+                }
+                Settlement::Dead {
+                    reason: r,
+                    error: e,
+                    handler_version: v,
+                    notice,
+                    ..
+                } => {
+                    reason = Some(r.clone());
+                    error = e.clone();
+                    version = v.clone();
+                    publishes = notice.as_slice();
+                    "X"
+                }
+            };
+            a.kinds.push(kind);
+            a.ids.push(d.id.clone());
+            a.receipts.push(d.receipt.clone());
+            a.queues.push(d.queue.clone());
+            a.keys.push(s.key().map(str::to_string));
+            a.retentions.push(retention.as_millis() as i64);
+            a.delays.push(delay.as_millis() as i64);
+            a.errors.push(error);
+            a.reasons.push(reason);
+            a.versions.push(version);
+            a.attempts.push(d.attempt as i32);
+            for m in publishes {
+                a.owners.push(owner);
+                a.publishes.push(new_id(), m);
+            }
+        }
+        a
+    }
+}

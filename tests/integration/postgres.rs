@@ -1,0 +1,452 @@
+//! The PostgreSQL broker's own tests, on servers of their own
+//! (`pg_support`): the harness itself, the schema and its migrations,
+//! connection errors, and the queue role (the rest of the broker is still
+//! being written, so the conformance suite does not run on it yet).
+
+use std::time::{Duration, Instant};
+
+use sluice::broker::codec::lease_expired;
+use sluice::broker::{ClaimState, Flow, KeyClaim, Lease, PgBroker, Queue, Settlement};
+use sluice::message::NewMessage;
+use tokio_postgres::{Client, NoTls};
+
+use crate::pg_support::PgServer;
+
+/// How long a test waits to connect; a server that is not there must fail
+/// the test, not hang it.
+const CONNECT_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A client whose connection runs on its own task until the server ends it.
+async fn connect(url: &str) -> Client {
+    let (client, connection) =
+        tokio::time::timeout(CONNECT_DEADLINE, tokio_postgres::connect(url, NoTls))
+            .await
+            .unwrap_or_else(|_| panic!("connecting to {url} took over {CONNECT_DEADLINE:?}"))
+            .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
+    tokio::spawn(async move {
+        // Ends with an error when the server goes away, which some tests want.
+        let _ = connection.await;
+    });
+    client
+}
+
+/// The real and effective uids of a process, from /proc.
+fn uids(pid: u32) -> Vec<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    line["Uid:".len()..]
+        .split_whitespace()
+        .map(|uid| uid.parse().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_test_server_starts_restarts_and_keeps_its_data() {
+    let started = Instant::now();
+    let server = PgServer::start();
+    eprintln!("PostgreSQL started in {:?}", started.elapsed());
+    let port = server.port();
+    assert_eq!(
+        server.url(),
+        format!("postgres://sluice@127.0.0.1:{port}/sluice")
+    );
+    assert_eq!(
+        server.admin_url(),
+        format!("postgres://postgres@127.0.0.1:{port}/postgres")
+    );
+    // PostgreSQL will not run as root; the harness must have seen to that
+    // even when the tests themselves run as root.
+    let pid = server.pid();
+    assert!(
+        uids(pid).iter().all(|&uid| uid != 0),
+        "postmaster {pid} runs as root: {:?}",
+        uids(pid)
+    );
+
+    let client = connect(&server.url()).await;
+    client
+        .batch_execute(
+            "CREATE TABLE kept (id int PRIMARY KEY, note text NOT NULL);
+             INSERT INTO kept VALUES (1, 'before the restart');",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        server.psql("SELECT tableowner FROM pg_tables WHERE tablename = 'kept'"),
+        "sluice"
+    );
+
+    let restarting = Instant::now();
+    server.restart();
+    eprintln!("PostgreSQL restarted in {:?}", restarting.elapsed());
+    assert_eq!(server.port(), port);
+    assert!(
+        client.simple_query("SELECT 1").await.is_err(),
+        "a fast restart ends open sessions"
+    );
+    let client = connect(&server.url()).await;
+    let row = client
+        .query_one("SELECT note FROM kept WHERE id = 1", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "before the restart");
+
+    server.stop();
+    assert!(
+        tokio_postgres::connect(&server.url(), NoTls).await.is_err(),
+        "a stopped server must not answer"
+    );
+    server.start_again();
+    assert_eq!(
+        server.psql("SELECT id, note FROM kept"),
+        "1|before the restart"
+    );
+    let admin = connect(&server.admin_url()).await;
+    let row = admin
+        .query_one(
+            "SELECT rolsuper FROM pg_roles WHERE rolname = 'sluice'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(!row.get::<_, bool>(0), "the broker's role is no superuser");
+}
+
+/// The broker of `server`, with its schema made.
+async fn broker(server: &PgServer) -> PgBroker {
+    PgBroker::connect(&server.url()).await.unwrap()
+}
+
+fn lease() -> Duration {
+    Duration::from_secs(30)
+}
+
+#[tokio::test]
+async fn hosts_starting_at_once_make_the_schema_once_and_a_newer_schema_is_refused() {
+    let server = PgServer::start();
+    let url = server.url();
+    let (a, b, c) = tokio::join!(
+        PgBroker::connect(&url),
+        PgBroker::connect(&url),
+        PgBroker::connect(&url)
+    );
+    for made in [a, b, c] {
+        assert_eq!(made.unwrap().schema(), "sluice");
+    }
+    assert_eq!(
+        server.psql("SELECT version FROM sluice.schema_version"),
+        "1"
+    );
+    // A second start finds it made and changes nothing.
+    broker(&server).await;
+    assert_eq!(
+        server.psql("SELECT count(*) FROM sluice.schema_version"),
+        "1"
+    );
+    server.psql("UPDATE sluice.schema_version SET version = 99");
+    let err = PgBroker::connect(&url).await.err().unwrap().to_string();
+    assert!(
+        err.contains("newer sluice") && err.contains("99") && err.contains("\"sluice\""),
+        "{err}"
+    );
+    // Another schema in the same database is its own broker.
+    let other = PgBroker::connect(&format!("{url}?schema=jobs"))
+        .await
+        .unwrap();
+    assert_eq!(other.schema(), "jobs");
+    assert_eq!(server.psql("SELECT version FROM jobs.schema_version"), "1");
+}
+
+#[tokio::test]
+async fn a_bad_connection_says_in_one_line_what_to_fix() {
+    let server = PgServer::start();
+    let port = server.port();
+    server.psql("CREATE ROLE other LOGIN; CREATE SCHEMA theirs AUTHORIZATION other");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let free = closed.local_addr().unwrap().port();
+    drop(closed);
+    for (url, says) in [
+        (
+            format!("postgres://sluice@127.0.0.1:{port}/nosuchdb"),
+            "database \"nosuchdb\" does not exist",
+        ),
+        (
+            format!("postgres://nobody@127.0.0.1:{port}/sluice"),
+            "refused role \"nobody\"",
+        ),
+        (
+            format!("postgres://sluice@127.0.0.1:{port}/sluice?schema=theirs"),
+            "belongs to role \"other\"",
+        ),
+        (
+            format!("postgres://sluice@127.0.0.1:{free}/sluice"),
+            "cannot reach PostgreSQL",
+        ),
+        (
+            format!("postgres://sluice@127.0.0.1:{port}"),
+            "names no database",
+        ),
+    ] {
+        let err = PgBroker::connect(&url).await.err().unwrap().to_string();
+        assert!(err.contains(says), "{url}: {err}");
+        assert_eq!(err.lines().count(), 1, "{url}: one line: {err}");
+    }
+}
+
+#[tokio::test]
+async fn messages_are_leased_settled_retried_and_buried() {
+    let server = PgServer::start();
+    let b = broker(&server).await;
+    let mut keyed = NewMessage::new("q", b"keyed".to_vec());
+    keyed.key = Some("k1".into());
+    keyed.headers = vec![("tenant".into(), "a".into())];
+    let mut later = NewMessage::new("q", b"later".to_vec());
+    later.delay = Duration::from_secs(3600);
+    let ids = b
+        .publish(vec![
+            NewMessage::new("q", b"one".to_vec()),
+            keyed,
+            later,
+            NewMessage::new("q", b"dies".to_vec()),
+        ])
+        .await
+        .unwrap();
+    let got = b.receive("q", 10, lease(), Flow::default()).await.unwrap();
+    let payloads: Vec<&[u8]> = got.iter().map(|d| d.payload.as_slice()).collect();
+    assert_eq!(
+        payloads,
+        [&b"one"[..], b"keyed", b"dies"],
+        "the delayed one waits"
+    );
+    assert!(got.iter().all(|d| d.attempt == 1 && d.lease_until_ms > 0));
+    assert_eq!(got[1].key, "k1");
+    assert_eq!(
+        got[1].headers,
+        vec![("tenant".to_string(), "a".to_string())]
+    );
+    assert_eq!(got[0].key, ids[0], "no key: the id is the key");
+    assert!(
+        b.receive("q", 10, lease(), Flow::default())
+            .await
+            .unwrap()
+            .is_empty(),
+        "leased messages are not delivered twice"
+    );
+    let claims = b
+        .claim(
+            "q",
+            &[KeyClaim {
+                key: "k1".into(),
+                holder: got[1].receipt.clone(),
+            }],
+            lease(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claims, [ClaimState::Acquired]);
+    let mut notice = NewMessage::new("dead-notices", b"it died".to_vec());
+    notice.headers = vec![("why".into(), "test".into())];
+    b.settle(&[
+        Settlement::Retry {
+            delivery: got[0].clone(),
+            delay: Duration::ZERO,
+            error: "try again".into(),
+            key: None,
+        },
+        Settlement::Done {
+            delivery: got[1].clone(),
+            key: Some(("k1".into(), Duration::from_secs(3600))),
+            publishes: vec![NewMessage::new("next", b"follow-up".to_vec())],
+        },
+        Settlement::Dead {
+            delivery: got[2].clone(),
+            reason: "rejected".into(),
+            error: Some("bad input".into()),
+            handler_version: Some("v1".into()),
+            key: None,
+            notice: Some(notice),
+        },
+    ])
+    .await
+    .unwrap();
+    let again = b.receive("q", 10, lease(), Flow::default()).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(
+        (again[0].id.as_str(), again[0].attempt),
+        (ids[0].as_str(), 2)
+    );
+    assert_eq!(again[0].last_error.as_deref(), Some("try again"));
+    let next = b
+        .receive("next", 10, lease(), Flow::default())
+        .await
+        .unwrap();
+    assert_eq!(next.len(), 1, "the done message's publish was committed");
+    let notices = b
+        .receive("dead-notices", 10, lease(), Flow::default())
+        .await
+        .unwrap();
+    assert_eq!(notices[0].headers, vec![("why".into(), "test".into())]);
+    assert_eq!(
+        server.psql("SELECT id, reason, last_error, handler_version, attempts FROM sluice.dead"),
+        format!("{}|rejected|bad input|v1|1", ids[3])
+    );
+    assert_eq!(
+        server.psql("SELECT done, retried, lost FROM sluice.counters WHERE queue = 'q'"),
+        "1|1|0"
+    );
+    // The key is done: a claim by another message finds it so.
+    let claims = b
+        .claim(
+            "q",
+            &[KeyClaim {
+                key: "k1".into(),
+                holder: "someone".into(),
+            }],
+            lease(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claims, [ClaimState::AlreadyDone]);
+    // A settlement of a delivery that no longer holds its lease is refused.
+    b.settle(&[Settlement::Duplicate {
+        delivery: got[1].clone(),
+    }])
+    .await
+    .unwrap();
+    assert_eq!(
+        server.psql("SELECT done, duplicates, lost FROM sluice.counters WHERE queue = 'q'"),
+        "1|0|1"
+    );
+}
+
+#[tokio::test]
+async fn an_expired_lease_delivers_again_and_the_late_ack_is_refused() {
+    let server = PgServer::start();
+    let b = broker(&server).await;
+    b.publish(vec![NewMessage::new("q", b"x".to_vec())])
+        .await
+        .unwrap();
+    let first = b
+        .receive("q", 1, Duration::from_millis(200), Flow::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let second = b.receive("q", 1, lease(), Flow::default()).await.unwrap();
+    assert_eq!(second.len(), 1);
+    assert_eq!(second[0].attempt, 2);
+    assert_eq!(second[0].last_error, Some(lease_expired(1)));
+    // The first delivery's late ack is refused; the second's applies.
+    let done = |d: &sluice::message::Delivery| Settlement::Done {
+        delivery: d.clone(),
+        key: None,
+        publishes: Vec::new(),
+    };
+    b.settle(&[done(&first[0])]).await.unwrap();
+    assert_eq!(server.psql("SELECT count(*) FROM sluice.messages"), "1");
+    b.settle(&[done(&second[0])]).await.unwrap();
+    assert_eq!(server.psql("SELECT count(*) FROM sluice.messages"), "0");
+    assert_eq!(server.psql("SELECT done, lost FROM sluice.counters"), "1|1");
+}
+
+#[tokio::test]
+async fn a_busy_key_waits_for_its_holder_and_extend_keeps_a_lease() {
+    let server = PgServer::start();
+    let b = broker(&server).await;
+    let claim = |holder: &str| KeyClaim {
+        key: "k".into(),
+        holder: holder.into(),
+    };
+    let states = b
+        .claim("q", &[claim("a"), claim("b"), claim("a")], lease())
+        .await
+        .unwrap();
+    assert_eq!(
+        states,
+        [ClaimState::Acquired, ClaimState::Busy, ClaimState::Acquired],
+        "one holder at a time; the holder may take it again"
+    );
+    b.publish(vec![NewMessage::new("q", b"x".to_vec())])
+        .await
+        .unwrap();
+    let d = b
+        .receive("q", 1, Duration::from_millis(300), Flow::default())
+        .await
+        .unwrap()
+        .remove(0);
+    let held = b
+        .extend(
+            "q",
+            &[
+                Lease {
+                    id: d.id.clone(),
+                    receipt: d.receipt.clone(),
+                    key: None,
+                },
+                Lease {
+                    id: d.id.clone(),
+                    receipt: "not-its-receipt".into(),
+                    key: None,
+                },
+            ],
+            lease(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(held, [true, false]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        b.receive("q", 1, lease(), Flow::default())
+            .await
+            .unwrap()
+            .is_empty(),
+        "the extended lease still holds"
+    );
+}
+
+#[tokio::test]
+async fn two_hosts_receiving_at_once_never_share_a_message() {
+    let server = PgServer::start();
+    let (a, b) = (broker(&server).await, broker(&server).await);
+    let all: Vec<NewMessage> = (0..2000)
+        .map(|i| NewMessage::new("q", i.to_string().into_bytes()))
+        .collect();
+    a.publish(all).await.unwrap();
+    let drain = |host: PgBroker| async move {
+        let mut ids = Vec::new();
+        loop {
+            let got = host
+                .receive("q", 50, lease(), Flow::default())
+                .await
+                .unwrap();
+            if got.is_empty() {
+                return ids;
+            }
+            ids.extend(got.into_iter().map(|d| d.id));
+        }
+    };
+    let (x, y) = tokio::join!(tokio::spawn(drain(a)), tokio::spawn(drain(b)));
+    let (x, y) = (x.unwrap(), y.unwrap());
+    let mut both: Vec<String> = x.iter().chain(&y).cloned().collect();
+    both.sort();
+    both.dedup();
+    assert_eq!(both.len(), 2000, "every message leased exactly once");
+    assert_eq!(x.len() + y.len(), 2000);
+}
+
+#[tokio::test]
+async fn sql_publish_in_a_rolled_back_transaction_leaves_nothing() {
+    let server = PgServer::start();
+    let b = broker(&server).await;
+    server.psql(
+        "BEGIN; SELECT sluice.publish('q', 'gone'::bytea); ROLLBACK;
+         BEGIN; SELECT sluice.publish('q', 'kept'::bytea, '{\"tenant\": \"a\"}', 'order-1');
+         COMMIT;",
+    );
+    let got = b.receive("q", 10, lease(), Flow::default()).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].payload, b"kept");
+    assert_eq!(got[0].key, "order-1");
+    assert_eq!(got[0].headers, vec![("tenant".into(), "a".into())]);
+    let err = server.psql_err("SELECT sluice.publish('q', 'x'::bytea, '[1]')");
+    assert!(err.contains("headers must be a JSON object"), "{err}");
+}
