@@ -23,33 +23,7 @@ pub(super) async fn prepare(client: &mut Client, schema: &str) -> anyhow::Result
         &[&format!("sluice schema {schema}")],
     )
     .await?;
-    let owner = tx
-        .query_opt(
-            "SELECT pg_get_userbyid(nspowner), has_schema_privilege(nspname, 'CREATE'),
-                    current_user::text
-             FROM pg_namespace WHERE nspname = $1",
-            &[&schema],
-        )
-        .await?;
-    match owner {
-        None => tx
-            .batch_execute(&format!("CREATE SCHEMA {schema}"))
-            .await
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot create schema {schema:?} ({}): grant the role CREATE on the database, or create the schema for it (CREATE SCHEMA {schema} AUTHORIZATION <role>)",
-                    db_message(&e)
-                )
-            })?,
-        Some(row) => {
-            let (owner, can_create, me): (String, bool, String) = (row.get(0), row.get(1), row.get(2));
-            if !can_create {
-                anyhow::bail!(
-                    "schema {schema:?} belongs to role {owner:?}, and role {me:?} may not create tables in it: name another schema with ?schema=NAME in the broker URL, or have {owner:?} run GRANT USAGE, CREATE ON SCHEMA {schema} TO {me}"
-                );
-            }
-        }
-    }
+    ensure_schema(&tx, schema).await?;
     tx.batch_execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
         .await?;
     let version: i32 = tx
@@ -80,6 +54,39 @@ pub(super) async fn prepare(client: &mut Client, schema: &str) -> anyhow::Result
         .await?;
     }
     tx.commit().await?;
+    Ok(())
+}
+
+/// Create `schema` when it is missing; refuse one this role may not create
+/// tables in, naming its owner.
+async fn ensure_schema(tx: &tokio_postgres::Transaction<'_>, schema: &str) -> anyhow::Result<()> {
+    let owner = tx
+        .query_opt(
+            "SELECT pg_get_userbyid(nspowner), has_schema_privilege(nspname, 'CREATE'),
+                    current_user::text
+             FROM pg_namespace WHERE nspname = $1",
+            &[&schema],
+        )
+        .await?;
+    match owner {
+        None => tx
+            .batch_execute(&format!("CREATE SCHEMA {schema}"))
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot create schema {schema:?} ({}): grant the role CREATE on the database, or create the schema for it (CREATE SCHEMA {schema} AUTHORIZATION <role>)",
+                    db_message(&e)
+                )
+            })?,
+        Some(row) => {
+            let (owner, can_create, me): (String, bool, String) = (row.get(0), row.get(1), row.get(2));
+            if !can_create {
+                anyhow::bail!(
+                    "schema {schema:?} belongs to role {owner:?}, and role {me:?} may not create tables in it: name another schema with ?schema=NAME in the broker URL, or have {owner:?} run GRANT USAGE, CREATE ON SCHEMA {schema} TO {me}"
+                );
+            }
+        }
+    }
     Ok(())
 }
 

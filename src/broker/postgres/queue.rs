@@ -273,66 +273,82 @@ impl SettleArgs {
         let mut a = SettleArgs::default();
         for (i, s) in settlements.iter().enumerate() {
             let d = s.delivery();
-            let owner = i as i32 + 1;
-            let (mut retention, mut delay) = (Duration::ZERO, Duration::ZERO);
-            let (mut error, mut reason, mut version) = (None, None, None);
-            let mut publishes: &[NewMessage] = &[];
-            let kind = match s {
-                Settlement::Done {
-                    key, publishes: p, ..
-                } => {
-                    retention = key.as_ref().map_or(Duration::ZERO, |(_, r)| *r);
-                    publishes = p;
-                    "D"
-                }
-                Settlement::Duplicate { .. } => "U",
-                Settlement::Retry {
-                    delay: dl,
-                    error: e,
-                    ..
-                } => {
-                    delay = *dl;
-                    error = Some(e.clone());
-                    "R"
-                }
-                Settlement::Defer { delay: dl, .. } => {
-                    delay = *dl;
-                    "F"
-                }
-                Settlement::Snooze { delay: dl, .. } => {
-                    delay = *dl;
-                    "S"
-                }
-                Settlement::Dead {
-                    reason: r,
-                    error: e,
-                    handler_version: v,
-                    notice,
-                    ..
-                } => {
-                    reason = Some(r.clone());
-                    error = e.clone();
-                    version = v.clone();
-                    publishes = notice.as_slice();
-                    "X"
-                }
-            };
-            a.kinds.push(kind);
+            let f = Fields::of(s);
+            a.kinds.push(f.kind);
             a.ids.push(d.id.clone());
             a.receipts.push(d.receipt.clone());
             a.queues.push(d.queue.clone());
             a.keys.push(s.key().map(str::to_string));
-            a.retentions.push(retention.as_millis() as i64);
-            a.delays.push(delay.as_millis() as i64);
-            a.errors.push(error);
-            a.reasons.push(reason);
-            a.versions.push(version);
+            a.retentions.push(f.retention.as_millis() as i64);
+            a.delays.push(f.delay.as_millis() as i64);
+            a.errors.push(f.error);
+            a.reasons.push(f.reason);
+            a.versions.push(f.version);
             a.attempts.push(d.attempt as i32);
-            for m in publishes {
-                a.owners.push(owner);
+            for m in f.publishes {
+                a.owners.push(i as i32 + 1);
                 a.publishes.push(new_id(), m);
             }
         }
         a
+    }
+}
+
+/// What one settlement gives `settle` besides its delivery and key.
+#[derive(Default)]
+struct Fields<'a> {
+    kind: &'static str,
+    retention: Duration,
+    delay: Duration,
+    error: Option<String>,
+    reason: Option<String>,
+    version: Option<String>,
+    publishes: &'a [NewMessage],
+}
+
+impl<'a> Fields<'a> {
+    fn of(s: &'a Settlement) -> Self {
+        match s {
+            Settlement::Done { key, publishes, .. } => Fields {
+                kind: "D",
+                retention: key.as_ref().map_or(Duration::ZERO, |(_, r)| *r),
+                publishes,
+                ..Fields::default()
+            },
+            Settlement::Duplicate { .. } => Fields {
+                kind: "U",
+                ..Fields::default()
+            },
+            Settlement::Retry { delay, error, .. } => Fields {
+                kind: "R",
+                delay: *delay,
+                error: Some(error.clone()),
+                ..Fields::default()
+            },
+            Settlement::Defer { delay, .. } => Fields {
+                kind: "F",
+                delay: *delay,
+                ..Fields::default()
+            },
+            Settlement::Snooze { delay, .. } => Fields {
+                kind: "S",
+                delay: *delay,
+                ..Fields::default()
+            },
+            Settlement::Dead {
+                reason,
+                error,
+                handler_version,
+                notice,
+                ..
+            } => Fields {
+                kind: "X",
+                error: error.clone(),
+                reason: Some(reason.clone()),
+                version: handler_version.clone(),
+                publishes: notice.as_slice(),
+                ..Fields::default()
+            },
+        }
     }
 }
