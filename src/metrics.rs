@@ -453,6 +453,10 @@ impl Queue for Metered {
         self.inner.flush().await
     }
 
+    async fn idle(&self, queue: &str, up_to: Duration) {
+        self.inner.idle(queue, up_to).await
+    }
+
     async fn extend(
         &self,
         queue: &str,

@@ -59,6 +59,16 @@ pub trait Queue: Send + Sync + 'static {
     /// lets every waiting message go.
     async fn set_ordering(&self, queue: &str, ordering: Option<&OrderedGroups>) -> Result<()>;
 
+    /// Wait before the next receive of `queue`, which found nothing last
+    /// time: `up_to` (the caller's idle backoff) by default. A broker that
+    /// hears when messages arrive (PostgreSQL's notifications) returns as
+    /// soon as one does, and may wait past `up_to`, to the next message's
+    /// due time or its own poll interval, since it will not miss one.
+    async fn idle(&self, queue: &str, up_to: Duration) {
+        let _ = queue;
+        tokio::time::sleep(up_to).await;
+    }
+
     /// Finish what the broker does in the background for this host before it
     /// exits: on Redis, move held publishes from the outboxes of the queues
     /// it served to their targets.

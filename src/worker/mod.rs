@@ -319,8 +319,10 @@ impl QueueWorker {
             };
             if batch.is_empty() {
                 drop(permits);
-                if sleep_or_stop(stop, idle).await {
-                    return;
+                let waited = self.broker.idle(&spec.queue, idle);
+                tokio::select! {
+                    () = waited => {}
+                    _ = stop.wait_for(|s| *s) => return,
                 }
                 idle = (idle * 2).min(MAX_IDLE_POLL);
                 continue;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use sluice::broker::{Broker, ClaimState, Flow, KeyClaim, QueueStats, ReplaySelector, Settlement};
 use sluice::message::{Delivery, NewMessage};
 
+use crate::pg_support::PgServer;
 use crate::redis_support::{RedisCluster, RedisServer};
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -532,6 +533,14 @@ pub async fn sqlite() -> (tempfile::TempDir, Arc<dyn Broker>) {
 pub async fn redis() -> (RedisServer, Arc<dyn Broker>) {
     let server = RedisServer::start();
     let broker = sluice::broker::RedisBroker::connect(&server.url())
+        .await
+        .unwrap();
+    (server, Arc::new(broker))
+}
+
+pub async fn postgres() -> (PgServer, Arc<dyn Broker>) {
+    let server = PgServer::start();
+    let broker = sluice::broker::PgBroker::connect(&server.url())
         .await
         .unwrap();
     (server, Arc::new(broker))

@@ -15,8 +15,11 @@
 ///   the embedded broker and on a Redis of the test's own.
 /// * `on_every_backend!(broker: a, b)`: broker checks, an
 ///   `async fn(Arc<dyn Broker>)` each (the conformance suite). `mod
-///   sqlite_broker`, `mod redis_broker` and `mod redis_cluster_broker` get
-///   one test each.
+///   sqlite_broker`, `mod redis_broker`, `mod redis_cluster_broker` and
+///   `mod postgres_broker` get one test each.
+/// * `on_every_backend!(broker, not on postgres yet: a, b)`: checks of what
+///   the PostgreSQL broker does not have yet (ordered groups, flow limits):
+///   the other three backends only.
 ///
 /// A module of either ends with one call of this.
 macro_rules! on_every_backend {
@@ -29,6 +32,10 @@ macro_rules! on_every_backend {
         }
     };
     (broker: $($name:ident),* $(,)?) => {
+        on_every_backend!(broker, not on postgres yet: $($name),*);
+        on_every_backend!(@broker postgres_broker, postgres; $($name),*);
+    };
+    (broker, not on postgres yet: $($name:ident),* $(,)?) => {
         on_every_backend!(@broker sqlite_broker, sqlite; $($name),*);
         on_every_backend!(@broker redis_broker, redis; $($name),*);
         on_every_backend!(@broker redis_cluster_broker, redis_cluster; $($name),*);
@@ -65,6 +72,8 @@ mod languages;
 mod layout;
 mod outcomes;
 mod overlap;
+mod pg_dead;
+mod pg_store;
 mod pg_support;
 mod postgres;
 mod redis;

@@ -450,3 +450,49 @@ async fn sql_publish_in_a_rolled_back_transaction_leaves_nothing() {
     let err = server.psql_err("SELECT sluice.publish('q', 'x'::bytea, '[1]')");
     assert!(err.contains("headers must be a JSON object"), "{err}");
 }
+
+/// A worker whose receive found nothing waits for a notification rather
+/// than polling: a publish from another host, or from SQL, ends the wait at
+/// once, well before the half-second fallback would have looked again.
+#[tokio::test]
+async fn an_idle_wait_is_ended_by_a_publish_from_another_host_or_from_sql() {
+    let server = PgServer::start();
+    let (waiter, publisher) = (broker(&server).await, broker(&server).await);
+    let waiter = std::sync::Arc::new(waiter);
+    for how in ["client", "sql"] {
+        let w = waiter.clone();
+        let waiting = tokio::spawn(async move {
+            let start = Instant::now();
+            w.idle("w", Duration::from_millis(1)).await;
+            start.elapsed()
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        match how {
+            "client" => {
+                publisher
+                    .publish(vec![NewMessage::new("w", b"x".to_vec())])
+                    .await
+                    .unwrap();
+            }
+            _ => {
+                server.psql("SELECT sluice.publish('w', 'x'::bytea)");
+            }
+        }
+        let took = waiting.await.unwrap();
+        assert!(
+            took < Duration::from_millis(450),
+            "{how}: woken after {took:?}, as late as the fallback"
+        );
+        let got = waiter
+            .receive("w", 10, lease(), Flow::default())
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1, "{how}: the message is there");
+        waiter
+            .settle(&[Settlement::Duplicate {
+                delivery: got[0].clone(),
+            }])
+            .await
+            .unwrap();
+    }
+}

@@ -8,11 +8,20 @@
 
 use tokio_postgres::Client;
 
+use super::{dead, kv, presence, queue, schedules, topics};
+
 /// The schema version this build writes.
 pub(super) const VERSION: i32 = MIGRATIONS.len() as i32;
 
-/// The SQL of each version, the first one first.
-const MIGRATIONS: &[&str] = &[include_str!("schema_1.sql")];
+/// The SQL of each version, the first one first: each role's part.
+const MIGRATIONS: &[&[&str]] = &[&[
+    queue::SCHEMA,
+    dead::SCHEMA,
+    presence::SCHEMA,
+    kv::SCHEMA,
+    topics::SCHEMA,
+    schedules::SCHEMA,
+]];
 
 /// Create `schema` if it is missing and bring it up to [`VERSION`]. The
 /// connection's search path names `schema`.
@@ -36,8 +45,8 @@ pub(super) async fn prepare(client: &mut Client, schema: &str) -> anyhow::Result
             "schema {schema:?} was written by a newer sluice (schema version {version}; this one knows versions up to {VERSION}): run that sluice, or name another schema with ?schema=NAME"
         );
     }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-        tx.batch_execute(sql).await.map_err(|e| {
+    for (i, parts) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        tx.batch_execute(&parts.concat()).await.map_err(|e| {
             anyhow::anyhow!(
                 "upgrading schema {schema:?} to version {} failed: {}",
                 i + 1,

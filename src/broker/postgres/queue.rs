@@ -1,18 +1,21 @@
 //! The queue role on PostgreSQL: one statement per batch. Receiving picks
 //! due rows with `FOR UPDATE SKIP LOCKED` and leases them in the same
 //! statement; claiming keys, settling and extending leases are the schema's
-//! functions (`schema_1.sql`), given one array per field.
+//! functions (`queue.sql`), given one array per field.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{PgBroker, classify};
+use super::{PgBroker, classify, wake};
 use crate::broker::codec::{decode_headers, encode_headers, lease_expired};
 use crate::broker::{
     BrokerError, ClaimState, Flow, KeyClaim, Lease, OrderedGroups, Queue, Result, Settlement,
 };
 use crate::message::{Delivery, NewMessage, new_id};
+
+/// The queue role's tables and functions (version 1).
+pub(super) const SCHEMA: &str = include_str!("queue.sql");
 
 /// Lease up to $2 due messages of queue $1 for $3 ms. A row whose lease
 /// ran out gets the lease-expired text ($4, with its attempt number in
@@ -76,42 +79,7 @@ impl Queue for PgBroker {
         if max == 0 {
             return Ok(Vec::new());
         }
-        let conn = self.conn("receiving").await?;
-        let rows = conn
-            .query(
-                RECEIVE,
-                &[
-                    &queue,
-                    &(max as i64),
-                    &(lease.as_millis() as i64),
-                    &lease_expired(u32::MAX),
-                ],
-            )
-            .await
-            .map_err(|e| classify("receiving", e))?;
-        let mut out: Vec<Delivery> = rows
-            .iter()
-            .map(|row| {
-                let headers: Option<String> = row.get(3);
-                Delivery {
-                    id: row.get(0),
-                    queue: queue.to_string(),
-                    key: row.get(1),
-                    payload: row.get(2),
-                    headers: headers.map_or_else(Vec::new, |h| decode_headers(h.as_bytes())),
-                    attempt: row.get::<_, i32>(4) as u32,
-                    enqueued_at_ms: row.get::<_, i64>(5) as u64,
-                    last_error: row.get(6),
-                    receipt: row.get(7),
-                    lease_until_ms: row.get::<_, i64>(8) as u64,
-                    group: row.get(9),
-                    snoozes: row.get::<_, i32>(10) as u32,
-                }
-            })
-            .collect();
-        // UPDATE ... RETURNING gives rows in no set order: oldest first.
-        out.sort_by_key(|d| d.enqueued_at_ms);
-        Ok(out)
+        self.lease_due(queue, max, lease).await
     }
 
     async fn claim(
@@ -208,11 +176,88 @@ impl Queue for PgBroker {
         Ok(row.get(0))
     }
 
+    /// Wait for `queue`'s notification, up to its next due time (at least
+    /// `up_to`, so that rows another host is leasing right now are not
+    /// polled in a spin) or [`wake::MAX_WAIT`] at most, the fallback for a
+    /// notification missed.
+    async fn idle(&self, queue: &str, up_to: Duration) {
+        let wake = self.wakes.of(queue);
+        let woken = wake.notified();
+        tokio::pin!(woken);
+        // Waiting starts before looking, so that a wake-up sent in between
+        // is not missed.
+        woken.as_mut().enable();
+        let wait = match self.until_due(queue).await {
+            Ok(wait) => wait.clamp(up_to.min(wake::MAX_WAIT), wake::MAX_WAIT),
+            Err(_) => up_to,
+        };
+        let _ = tokio::time::timeout(wait, woken).await;
+    }
+
     async fn set_ordering(&self, queue: &str, ordering: Option<&OrderedGroups>) -> Result<()> {
         match ordering {
             None => Ok(()),
             Some(_) => Err(not_yet(queue, "ordered groups")),
         }
+    }
+}
+
+impl PgBroker {
+    /// Lease up to `max` due messages of `queue`, oldest due first.
+    async fn lease_due(&self, queue: &str, max: usize, lease: Duration) -> Result<Vec<Delivery>> {
+        let conn = self.conn("receiving").await?;
+        let rows = conn
+            .query(
+                RECEIVE,
+                &[
+                    &queue,
+                    &(max as i64),
+                    &(lease.as_millis() as i64),
+                    &lease_expired(u32::MAX),
+                ],
+            )
+            .await
+            .map_err(|e| classify("receiving", e))?;
+        let mut out: Vec<Delivery> = rows
+            .iter()
+            .map(|row| {
+                let headers: Option<String> = row.get(3);
+                Delivery {
+                    id: row.get(0),
+                    queue: queue.to_string(),
+                    key: row.get(1),
+                    payload: row.get(2),
+                    headers: headers.map_or_else(Vec::new, |h| decode_headers(h.as_bytes())),
+                    attempt: row.get::<_, i32>(4) as u32,
+                    enqueued_at_ms: row.get::<_, i64>(5) as u64,
+                    last_error: row.get(6),
+                    receipt: row.get(7),
+                    lease_until_ms: row.get::<_, i64>(8) as u64,
+                    group: row.get(9),
+                    snoozes: row.get::<_, i32>(10) as u32,
+                }
+            })
+            .collect();
+        // UPDATE ... RETURNING gives rows in no set order: oldest first.
+        out.sort_by_key(|d| d.enqueued_at_ms);
+        Ok(out)
+    }
+
+    /// How long until the next message of `queue` is due (or its lease
+    /// runs out), at most [`wake::MAX_WAIT`].
+    async fn until_due(&self, queue: &str) -> Result<Duration> {
+        let conn = self.conn("receiving").await?;
+        let row = conn
+            .query_one(
+                "SELECT min(visible_at) - now_ms() FROM messages WHERE queue = $1",
+                &[&queue],
+            )
+            .await
+            .map_err(|e| classify("receiving", e))?;
+        let ms: Option<i64> = row.get(0);
+        Ok(ms.map_or(wake::MAX_WAIT, |ms| {
+            Duration::from_millis(ms.max(0) as u64).min(wake::MAX_WAIT)
+        }))
     }
 }
 

@@ -1,4 +1,5 @@
--- Version 1 of the PostgreSQL broker's schema. Every object lives in the
+-- The queue role's part of version 1 of the PostgreSQL broker's schema
+-- (migrate.rs runs every role's part). Every object lives in the
 -- broker's own schema, which the connection's search_path names first;
 -- each function keeps that search_path (SET ... FROM CURRENT), so it finds
 -- the tables when called from a session of the user's, like publish.
@@ -71,6 +72,15 @@ CREATE TABLE dead (
 );
 CREATE INDEX dead_queue ON dead (queue, seq);
 
+-- Wake the receivers of queues that have due messages now, on every host:
+-- the broker's listening connections hear it when the transaction commits.
+CREATE FUNCTION wake(queues text[]) RETURNS void
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  PERFORM pg_notify(current_schema(), q) FROM unnest(queues) AS q;
+END
+$$;
+
 -- Enqueue messages (parallel arrays, one element per message); each is due
 -- after its own delay. The queues are remembered for `stats`.
 CREATE FUNCTION enqueue(ids text[], queues text[], keys text[], payloads bytea[],
@@ -86,6 +96,10 @@ BEGIN
          now + greatest(coalesce(m.delay, 0), 0)
   FROM unnest(ids, queues, keys, payloads, headers, delays)
        AS m(id, queue, key, payload, headers, delay);
+  PERFORM wake(array_agg(DISTINCT m.queue))
+  FROM unnest(queues, delays) AS m(queue, delay)
+  WHERE coalesce(m.delay, 0) <= 0
+  HAVING count(*) > 0;
 END
 $$;
 
@@ -223,6 +237,10 @@ BEGIN
        OR (kinds[p.owner] = 'X' AND out[p.owner] = 4)
     HAVING count(*) > 0;
   END IF;
+  PERFORM wake(array_agg(DISTINCT s.queue))
+  FROM unnest(queues, kinds, delays, out) AS s(queue, kind, delay, st)
+  WHERE s.kind IN ('R', 'F', 'S') AND s.st > 0 AND s.delay <= 0
+  HAVING count(*) > 0;
   INSERT INTO counters AS c (queue, done, duplicates, retried, lost)
   SELECT s.queue, count(*) FILTER (WHERE s.st = 1), count(*) FILTER (WHERE s.st = 2),
          count(*) FILTER (WHERE s.st = 3), count(*) FILTER (WHERE s.st = 0)
