@@ -19,10 +19,11 @@ pub(super) const SCHEMA: &str = include_str!("queue.sql");
 
 /// Lease up to $2 due messages of queue $1 for $3 ms. A row whose lease
 /// ran out gets the lease-expired text ($4, with its attempt number in
-/// place of `u32::MAX`) as its last error.
+/// place of `u32::MAX`) as its last error. Each row comes back with the
+/// due time and row number it was picked by.
 const RECEIVE: &str = "
 WITH picked AS (
-    SELECT seq, leased AS was_leased FROM messages
+    SELECT seq, visible_at AS due, leased AS was_leased FROM messages
     WHERE queue = $1 AND visible_at <= now_ms()
     ORDER BY visible_at, seq
     LIMIT $2
@@ -39,7 +40,7 @@ SET leased = true,
 FROM picked
 WHERE m.seq = picked.seq
 RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.enqueued_at, m.last_error,
-          m.receipt, m.visible_at, m.grp, m.snoozes";
+          m.receipt, m.visible_at, m.grp, m.snoozes, picked.due, m.seq";
 
 #[async_trait]
 impl Queue for PgBroker {
@@ -218,11 +219,11 @@ impl PgBroker {
             )
             .await
             .map_err(|e| classify("receiving", e))?;
-        let mut out: Vec<Delivery> = rows
+        let mut out: Vec<(i64, i64, Delivery)> = rows
             .iter()
             .map(|row| {
                 let headers: Option<String> = row.get(3);
-                Delivery {
+                let delivery = Delivery {
                     id: row.get(0),
                     queue: queue.to_string(),
                     key: row.get(1),
@@ -235,12 +236,14 @@ impl PgBroker {
                     lease_until_ms: row.get::<_, i64>(8) as u64,
                     group: row.get(9),
                     snoozes: row.get::<_, i32>(10) as u32,
-                }
+                };
+                (row.get(11), row.get(12), delivery)
             })
             .collect();
-        // UPDATE ... RETURNING gives rows in no set order: oldest first.
-        out.sort_by_key(|d| d.enqueued_at_ms);
-        Ok(out)
+        // UPDATE ... RETURNING gives rows in no set order: put them back in
+        // the order they were picked, oldest due first, then published.
+        out.sort_by_key(|(due, seq, _)| (*due, *seq));
+        Ok(out.into_iter().map(|(_, _, d)| d).collect())
     }
 
     /// How long until the next message of `queue` is due (or its lease
