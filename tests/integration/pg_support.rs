@@ -14,11 +14,12 @@
 //! Every wait here has a deadline: a server that will not come up fails the
 //! test with the tail of its log instead of hanging the suite.
 
-use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::redis_support::run_with_deadline;
 
 /// `pg_ctl -t`: how long a server gets to start or stop.
 const CTL_WAIT_SECS: &str = "30";
@@ -449,47 +450,4 @@ fn tool(program: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(args);
     cmd
-}
-
-/// Runs a command to completion or kills it at the deadline. Output is read
-/// on threads so a chatty command cannot block on a full pipe.
-fn run_with_deadline(
-    mut cmd: Command,
-    limit: Duration,
-) -> Result<(ExitStatus, String, String), String> {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| format!("spawning {cmd:?}: {e}"))?;
-    let read = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = pipe.read_to_end(&mut buf);
-            String::from_utf8_lossy(&buf).into_owned()
-        })
-    };
-    let out = read(Box::new(child.stdout.take().unwrap()));
-    let err = read(Box::new(child.stderr.take().unwrap()));
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if started.elapsed() < limit => std::thread::sleep(Duration::from_millis(5)),
-            Ok(None) => {
-                reap(&mut child);
-                return Err(format!("{cmd:?} did not finish within {limit:?}"));
-            }
-            Err(e) => {
-                reap(&mut child);
-                return Err(format!("waiting for {cmd:?}: {e}"));
-            }
-        }
-    };
-    Ok((status, out.join().unwrap(), err.join().unwrap()))
-}
-
-/// SIGKILL (what `Child::kill` sends on Unix) and reap.
-fn reap(child: &mut Child) {
-    let _ = child.kill();
-    let _ = child.wait();
 }

@@ -584,7 +584,7 @@ fn cli_within(port: u16, args: &[&str], limit: Duration) -> Result<String, Strin
 
 /// Runs a command to completion or kills it at the deadline. Output is read
 /// on threads so a chatty command cannot block on a full pipe.
-fn run_with_deadline(
+pub fn run_with_deadline(
     mut cmd: Command,
     limit: Duration,
 ) -> Result<(ExitStatus, String, String), String> {
