@@ -3,10 +3,12 @@
 //!
 //!   --messages N      messages per embedded-broker drain (default 100000)
 //!   --redis-messages N messages per Redis drain (default 200000)
+//!   --pg-messages N   messages per PostgreSQL drain (default 50000)
 //!   --calls N         calls per invocation benchmark (default 20000)
 //!   --lang L          the guest language of the invocation benchmark (default rust)
 //!   --only NAMES      run only these sections, comma-separated: invoke, trace, drain,
-//!                     languages, batch, redis, latency, reload, restart
+//!                     languages, batch, redis, postgres, bloat, latency, reload,
+//!                     restart
 //!   --rounds N        rounds of the metrics-cost drains (default 1): reuse
 //!                     with metrics off, on, and scraped, in rotating order
 //!                     each round; the medians of the per-round ratios
@@ -21,7 +23,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use sluice::broker::{Broker, GroupSource, OrderedGroups, RedisBroker, SqliteBroker};
+use sluice::broker::{Broker, GroupSource, OrderedGroups, PgBroker, RedisBroker, SqliteBroker};
 use sluice::config::{HandlerSpec, InstanceMode};
 use sluice::message::{DEFAULT_MAX_MESSAGE_SIZE, Delivery, NewMessage};
 use sluice::metrics::Metrics;
@@ -31,10 +33,22 @@ use sluice::runtime::{Deadline, Handler, Invocation, Runtime};
 use sluice::worker::{Dispatch, Observe, QueueWorker};
 use tokio::sync::watch;
 
+// The test suite's PostgreSQL servers: initdb into a temporary directory,
+// run as the `postgres` user when this is root.
+#[allow(dead_code)]
+#[path = "../tests/integration/pg_support.rs"]
+mod pg_support;
+#[path = "sluice/postgres.rs"]
+mod postgres;
+#[allow(dead_code)]
+#[path = "../tests/integration/process.rs"]
+mod process;
+
 struct Args {
     lang: String,
     messages: usize,
     redis_messages: usize,
+    pg_messages: usize,
     calls: usize,
     only: Option<String>,
     rounds: usize,
@@ -45,6 +59,7 @@ fn args() -> Args {
         lang: "rust".into(),
         messages: 100_000,
         redis_messages: 200_000,
+        pg_messages: 50_000,
         calls: 20_000,
         only: None,
         rounds: 1,
@@ -63,6 +78,12 @@ fn args() -> Args {
                     .next()
                     .and_then(|v| v.parse().ok())
                     .expect("--redis-messages N")
+            }
+            "--pg-messages" => {
+                a.pg_messages = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--pg-messages N")
             }
             "--lang" => a.lang = it.next().expect("--lang rust|c|python|js"),
             "--calls" => a.calls = it.next().and_then(|v| v.parse().ok()).expect("--calls N"),
@@ -634,23 +655,28 @@ fn tuned(mut spec: HandlerSpec, base: Settings) -> HandlerSpec {
     spec
 }
 
+/// Every mode of [`drains`]: native, `hello` fresh and reuse, then reuse
+/// with what it may cost.
+const ALL_MODES: &str = "native,fresh,reuse,metrics,scraped,rated,grouped";
+
 /// Native, `hello` fresh and `hello` reuse over one broker kind, then what
-/// metrics cost there.
+/// metrics cost there: `modes` of them unless `SLUICE_BENCH_MODES` names
+/// others. Returns the first three's figures, by mode.
 async fn drains(
     runtime: &Runtime,
     name: &str,
     n: usize,
     base: Settings,
     rounds: usize,
+    modes: &str,
     mut fresh_broker: impl AsyncFnMut() -> Arc<dyn Broker>,
-) {
+) -> Vec<(&'static str, Drained)> {
     // SLUICE_BENCH_MODES=reuse (say) runs only some of them, e.g. to profile
     // one; the ratios need the native one. `metrics`, `scraped`, `rated`
     // and `grouped` are reuse with metrics on, scraped every second, with a
     // rate limit too high to bind, or in ordered groups, against plain
     // reuse.
-    let modes = std::env::var("SLUICE_BENCH_MODES")
-        .unwrap_or("native,fresh,reuse,metrics,scraped,rated,grouped".into());
+    let modes = std::env::var("SLUICE_BENCH_MODES").unwrap_or(modes.into());
     let wanted = |m: &str| modes.split(',').any(|w| w.trim() == m);
     let spec = tuned(
         load(runtime, "hello", InstanceMode::Fresh).spec.clone(),
@@ -676,15 +702,18 @@ async fn drains(
         );
     }
     let mut rates = Vec::new();
-    for mode in [InstanceMode::Fresh, InstanceMode::Reuse] {
-        let mode_name = format!("{mode:?}").to_lowercase();
-        if !wanted(&mode_name) {
+    for (mode, mode_name) in [
+        (InstanceMode::Fresh, "fresh"),
+        (InstanceMode::Reuse, "reuse"),
+    ] {
+        if !wanted(mode_name) {
             continue;
         }
         let handler = Arc::new(load(runtime, "hello", mode));
         let spec = tuned(handler.spec.clone(), base);
         let label = format!("{name} hello {mode_name}");
         rates.push((
+            mode_name,
             label.clone(),
             drain(
                 &label,
@@ -698,7 +727,7 @@ async fn drains(
         ));
     }
     if let Some(native) = native {
-        for (label, d) in &rates {
+        for (_, label, d) in &rates {
             println!("ratio   {label:<28} {:>9.2} × native", d.rate / native.rate);
         }
     }
@@ -712,8 +741,11 @@ async fn drains(
     .filter(|(mode, _)| wanted(mode))
     .collect();
     if !observed.is_empty() {
-        metrics_cost(runtime, name, n, base, rounds, &observed, fresh_broker).await;
+        metrics_cost(runtime, name, n, base, rounds, &observed, &mut fresh_broker).await;
     }
+    let mut figures: Vec<_> = native.map(|d| ("native", d)).into_iter().collect();
+    figures.extend(rates.into_iter().map(|(mode, _, d)| (mode, d)));
+    figures
 }
 
 /// What metrics, an unused rate limit and ordered groups cost: `hello`
@@ -1010,6 +1042,7 @@ fn main() {
                 args.messages,
                 defaults,
                 args.rounds,
+                ALL_MODES,
                 async || {
                     let dir = tempfile::tempdir().unwrap().keep();
                     Arc::new(SqliteBroker::open(dir.join("bench.db")).unwrap()) as Arc<dyn Broker>
@@ -1043,12 +1076,26 @@ fn main() {
                 concurrency: Some(64),
                 prefetch: Some(4096),
             };
-            drains(&runtime, "redis", n, fast, args.rounds, async || {
-                server.flush().await;
-                Arc::new(RedisBroker::connect(&server.url).await.unwrap()) as Arc<dyn Broker>
-            })
+            drains(
+                &runtime,
+                "redis",
+                n,
+                fast,
+                args.rounds,
+                ALL_MODES,
+                async || {
+                    server.flush().await;
+                    Arc::new(RedisBroker::connect(&server.url).await.unwrap()) as Arc<dyn Broker>
+                },
+            )
             .await;
             REDIS_URL.with(|u| *u.borrow_mut() = None);
+        }
+        if run("postgres") {
+            postgres::drains(&runtime, &args).await;
+        }
+        if run("bloat") {
+            postgres::bloat(&runtime).await;
         }
         // Last: it installs a global tracing subscriber.
         if run("reload") {

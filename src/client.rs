@@ -1,5 +1,7 @@
 //! Publishing from Rust applications: [`Client`] puts messages into sluice
-//! queues and topics on either broker, the same way `sluice send` does.
+//! queues and topics on any broker, the same way `sluice send` does, and on
+//! PostgreSQL inside the application's own transactions
+//! ([`Client::publish_in`]).
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -26,11 +28,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::broker::Broker;
+use crate::broker::{Broker, PgBroker};
 use crate::message::{DEFAULT_MAX_MESSAGE_SIZE, NewMessage};
 pub use crate::publish::PublishError;
 use crate::publish::fan_out;
 use crate::trace;
+/// The PostgreSQL client [`Client::publish_in`] takes transactions of.
+pub use tokio_postgres;
 
 /// Optional settings of one publish.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -80,12 +84,20 @@ pub struct TopicCopy {
 #[derive(Clone)]
 pub struct Client {
     broker: Arc<dyn Broker>,
+    /// The same broker when it is PostgreSQL, for [`Client::publish_in`].
+    postgres: Option<Arc<PgBroker>>,
     max_message_size: u64,
 }
 
 impl Client {
-    /// Connect to `sqlite://PATH` or `redis://HOST:PORT[/DB]`.
+    /// Connect to `sqlite://PATH`, `redis://HOST:PORT[/DB]` or
+    /// `postgres://USER@HOST:PORT/DB[?schema=NAME]`.
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(Client::from_postgres(Arc::new(
+                PgBroker::connect(url).await?,
+            )));
+        }
         Ok(Client::from_broker(crate::broker::connect(url).await?))
     }
 
@@ -93,7 +105,18 @@ impl Client {
     pub fn from_broker(broker: Arc<dyn Broker>) -> Self {
         Client {
             broker,
+            postgres: None,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+        }
+    }
+
+    /// Publish through a PostgreSQL broker that is already open; this one
+    /// can also publish inside the caller's transactions
+    /// ([`Client::publish_in`]).
+    pub fn from_postgres(broker: Arc<PgBroker>) -> Self {
+        Client {
+            postgres: Some(broker.clone()),
+            ..Client::from_broker(broker)
         }
     }
 
@@ -138,6 +161,47 @@ impl Client {
             trace::start_or_continue(&mut m.headers);
         }
         Ok(self.broker.publish(messages).await?)
+    }
+
+    /// Publish `messages` inside `tx`, a transaction the caller holds open
+    /// on the broker's PostgreSQL database (a `tokio_postgres::Transaction`,
+    /// or a client in autocommit): the messages are in their queues once it
+    /// commits, and never were if it rolls back. Returns their ids in order.
+    /// Only a client connected to a `postgres://` broker can do this; the
+    /// caller's role needs `USAGE` on the broker's schema and `EXECUTE` on
+    /// its functions (the owner has both).
+    ///
+    /// ```no_run
+    /// # async fn demo(db: &mut tokio_postgres::Client) -> anyhow::Result<()> {
+    /// use sluice::client::Client;
+    /// use sluice::message::NewMessage;
+    ///
+    /// let sluice = Client::connect("postgres://shop@localhost/shop").await?;
+    /// let tx = db.transaction().await?;
+    /// tx.execute("INSERT INTO orders (id) VALUES (7)", &[]).await?;
+    /// sluice
+    ///     .publish_in(&tx, vec![NewMessage::new("orders", r#"{"id": 7}"#)])
+    ///     .await?;
+    /// tx.commit().await?; // the order and its message, or neither
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn publish_in(
+        &self,
+        tx: &impl tokio_postgres::GenericClient,
+        mut messages: Vec<NewMessage>,
+    ) -> Result<Vec<String>, PublishError> {
+        let Some(postgres) = &self.postgres else {
+            return Err(PublishError::Refused(
+                "publish_in needs a client connected to a postgres:// broker: the messages go into the caller's PostgreSQL transaction".into(),
+            ));
+        };
+        for m in &mut messages {
+            m.validate(self.max_message_size)
+                .map_err(PublishError::Refused)?;
+            trace::start_or_continue(&mut m.headers);
+        }
+        Ok(postgres.publish_in(tx, &messages).await?)
     }
 
     /// Publish `payload` to `topic` with routing key `route`: one copy into

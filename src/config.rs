@@ -32,7 +32,7 @@ pub const DEFAULT_BROKER: &str = "sqlite://sluice.db";
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostConfig {
-    /// `sqlite://PATH` or `redis://HOST:PORT`.
+    /// `sqlite://PATH`, `redis://HOST:PORT` or `postgres://USER@HOST:PORT/DB`.
     pub broker: Option<String>,
     /// Directory of `NAME.wasm` handlers and `NAME.toml` sidecars.
     pub handlers: Option<PathBuf>,

@@ -25,6 +25,8 @@
 //!   schema versions; `mod.rs`: the group-commit writer and the readers).
 //! * [`redis`] — Streams and consumer groups, on one Redis or a Cluster
 //!   (`conn.rs`, `reader.rs`, `relay.rs`, `codec.rs`, `scripts.rs`).
+//! * [`postgres`] — tables and SQL functions in a schema of one PostgreSQL
+//!   database (`migrate.rs`, `wake.rs`: LISTEN/NOTIFY, `tls.rs`).
 //!
 //! What every backend writes alike (the text of a lost lease, headers,
 //! status JSON) is in [`codec`]; errors, by what the caller should do about
@@ -66,7 +68,8 @@ pub trait Broker: Queue + DeadLetters + Presence + KvStore + TopicStore + Schedu
 
 impl<T: Queue + DeadLetters + Presence + KvStore + TopicStore + Schedules + ?Sized> Broker for T {}
 
-/// Open the broker a URL names: `sqlite://PATH` or `redis://HOST:PORT[/DB]`.
+/// Open the broker a URL names: `sqlite://PATH`, `redis://HOST:PORT[/DB]`
+/// or `postgres://USER@HOST:PORT/DB[?schema=NAME]`.
 pub async fn connect(url: &str) -> anyhow::Result<Arc<dyn Broker>> {
     if let Some(path) = url.strip_prefix("sqlite://") {
         if path.is_empty() {
@@ -77,5 +80,10 @@ pub async fn connect(url: &str) -> anyhow::Result<Arc<dyn Broker>> {
     if url.starts_with("redis://") {
         return Ok(Arc::new(RedisBroker::connect(url).await?));
     }
-    anyhow::bail!("unknown broker URL {url:?}: use sqlite://PATH or redis://HOST:PORT")
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(Arc::new(PgBroker::connect(url).await?));
+    }
+    anyhow::bail!(
+        "unknown broker URL {url:?}: use sqlite://PATH, redis://HOST:PORT or postgres://USER@HOST:PORT/DB"
+    )
 }

@@ -25,7 +25,8 @@ mod topics;
     about = "Run sandboxed WebAssembly handlers over a message queue"
 )]
 pub struct Cli {
-    /// Broker URL: sqlite://PATH (default sqlite://sluice.db) or redis://HOST:PORT[/DB].
+    /// Broker URL: sqlite://PATH (default sqlite://sluice.db), redis://HOST:PORT[/DB]
+    /// or postgres://USER@HOST:PORT/DB[?schema=NAME].
     #[arg(long, global = true, value_name = "URL")]
     pub broker: Option<String>,
     /// Config file (default: sluice.toml, when it exists).

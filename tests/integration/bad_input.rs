@@ -220,10 +220,16 @@ fn guest_publish_over_the_size_limit_fails_that_attempt_only() {
 #[test]
 fn bad_broker_url_and_bad_header_are_clear() {
     let env = Env::new();
+    let out = env.sluice_raw(&["--broker", "amqp://x", "stats"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("unknown broker URL \"amqp://x\""),
+        "{err}"
+    );
     let out = env.sluice_raw(&["--broker", "postgres://x", "stats"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        !out.status.success() && err.contains("unknown broker URL \"postgres://x\""),
+        !out.status.success() && err.contains("broker URL \"postgres://x\" names no database"),
         "{err}"
     );
     let out = env.sluice_raw(&["send", "q", "x", "--header", "novalue"]);

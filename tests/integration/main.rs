@@ -11,15 +11,14 @@
 /// Run each named test once on every backend. Two kinds of test take part:
 ///
 /// * `on_every_backend!(env: a, b)`: scenarios, a `fn(Env)` each, that drive
-///   hosts end to end. `mod sqlite` and `mod redis` get one test each, on
-///   the embedded broker and on a Redis of the test's own.
+///   hosts end to end. `mod sqlite`, `mod redis` and `mod postgres` get one
+///   test each, on the embedded broker and on a Redis and a PostgreSQL of
+///   the test's own. `on_every_backend!(servers: a, b)`: scenarios of many
+///   hosts sharing a server (`mod redis` and `mod postgres`).
 /// * `on_every_backend!(broker: a, b)`: broker checks, an
 ///   `async fn(Arc<dyn Broker>)` each (the conformance suite). `mod
 ///   sqlite_broker`, `mod redis_broker`, `mod redis_cluster_broker` and
 ///   `mod postgres_broker` get one test each.
-/// * `on_every_backend!(broker, not on postgres yet: a, b)`: checks of what
-///   the PostgreSQL broker does not have yet (ordered groups, flow limits):
-///   the other three backends only.
 ///
 /// A module of either ends with one call of this.
 macro_rules! on_every_backend {
@@ -27,18 +26,21 @@ macro_rules! on_every_backend {
         mod sqlite {
             $( #[test] fn $name() { super::$name(crate::support::Env::new()) } )*
         }
+        on_every_backend!(servers: $($name),*);
+    };
+    (servers: $($name:ident),* $(,)?) => {
         mod redis {
             $( #[test] fn $name() { super::$name(crate::support::Env::redis()) } )*
         }
+        mod postgres {
+            $( #[test] fn $name() { super::$name(crate::support::Env::postgres()) } )*
+        }
     };
     (broker: $($name:ident),* $(,)?) => {
-        on_every_backend!(broker, not on postgres yet: $($name),*);
-        on_every_backend!(@broker postgres_broker, postgres; $($name),*);
-    };
-    (broker, not on postgres yet: $($name:ident),* $(,)?) => {
         on_every_backend!(@broker sqlite_broker, sqlite; $($name),*);
         on_every_backend!(@broker redis_broker, redis; $($name),*);
         on_every_backend!(@broker redis_cluster_broker, redis_cluster; $($name),*);
+        on_every_backend!(@broker postgres_broker, postgres; $($name),*);
     };
     (@broker $backend:ident, $make:ident; $($name:ident),*) => {
         mod $backend {
@@ -73,14 +75,17 @@ mod layout;
 mod outcomes;
 mod overlap;
 mod pg_dead;
+mod pg_groups;
 mod pg_store;
 mod pg_support;
 mod postgres;
+mod process;
 mod redis;
 mod redis_support;
 mod redrive;
 mod reload;
 mod scaffold;
+mod scale;
 mod schedules;
 mod shutdown;
 mod sqlite;

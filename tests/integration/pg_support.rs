@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::redis_support::run_with_deadline;
+use crate::process::run_with_deadline;
 
 /// `pg_ctl -t`: how long a server gets to start or stop.
 const CTL_WAIT_SECS: &str = "30";
@@ -34,6 +34,16 @@ const TOOL_DEADLINE: Duration = Duration::from_secs(10);
 const START_ATTEMPTS: usize = 5;
 /// The system user the server runs as when the tests run as root.
 const SERVER_USER: &str = "postgres";
+/// `openssl` runs that make a CA and a server certificate for 127.0.0.1
+/// signed by it (`PgServer::enable_tls`).
+const OPENSSL: [&str; 3] = [
+    "req -x509 -nodes -days 2 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
+     -keyout ca.key -out ca.pem -subj /CN=sluice-test-ca",
+    "req -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
+     -keyout server.key -out server.csr -subj /CN=127.0.0.1",
+    "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+     -extfile server.ext -out server.crt",
+];
 /// The programs the harness needs from the server's bin directory.
 const PROGRAMS: [&str; 4] = ["initdb", "pg_ctl", "postgres", "psql"];
 
@@ -133,6 +143,8 @@ pub struct PgServer {
     bin: PathBuf,
     /// Whether the server programs run as `postgres` through `runuser`.
     as_server_user: bool,
+    /// Whether commits wait for the disk (`fsync`, full page writes).
+    durable: bool,
     // `Drop` stops the server before any field is dropped, so the directory
     // is never removed under a live server.
     dir: tempfile::TempDir,
@@ -144,6 +156,17 @@ impl PgServer {
     /// database. Durability is off (`fsync=off`): a test cluster is thrown
     /// away, and a crash of the machine is not what the tests exercise.
     pub fn start() -> Self {
+        Self::start_as(false)
+    }
+
+    /// A cluster as durable as a production one (`fsync`, full page writes
+    /// and `synchronous_commit` on, the defaults): for the benchmarks.
+    #[allow(dead_code)]
+    pub fn start_durable() -> Self {
+        Self::start_as(true)
+    }
+
+    fn start_as(durable: bool) -> Self {
         let bin = require_postgres();
         let uid = server_uid();
         let dir = tempfile::Builder::new()
@@ -162,6 +185,7 @@ impl PgServer {
             port: 0,
             bin,
             as_server_user: uid.is_some(),
+            durable,
             dir,
         };
         server.initdb();
@@ -278,6 +302,61 @@ impl PgServer {
         );
     }
 
+    /// Turn TLS on: a new CA and a server certificate for 127.0.0.1 signed
+    /// by it (made with `openssl`), then `ssl = on` and a reload. Returns
+    /// the CA certificate's path, for `sslrootcert`.
+    pub fn enable_tls(&self) -> PathBuf {
+        let tls = self.dir.path().join("tls");
+        std::fs::create_dir_all(&tls).unwrap();
+        std::fs::write(
+            tls.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        for args in OPENSSL {
+            let mut cmd = Command::new("openssl");
+            cmd.args(args.split_whitespace()).current_dir(&tls);
+            match run_with_deadline(cmd, TOOL_DEADLINE) {
+                Ok((status, _, _)) if status.success() => {}
+                Ok((status, _, stderr)) => panic!("openssl {args}: {status}: {stderr}"),
+                Err(why) => {
+                    panic!("openssl {args}: {why}: install it with `apt-get install openssl`")
+                }
+            }
+        }
+        // The server reads its key only when it is its own and private.
+        for file in ["server.key", "server.crt"] {
+            let path = tls.join(file);
+            std::os::unix::fs::chown(&path, server_uid(), None).unwrap();
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap();
+        }
+        std::os::unix::fs::chown(&tls, server_uid(), None).unwrap();
+        let cert = tls.join("server.crt").display().to_string();
+        let key = tls.join("server.key").display().to_string();
+        self.psql_in(
+            "postgres",
+            &[
+                &format!("ALTER SYSTEM SET ssl_cert_file = '{cert}'"),
+                &format!("ALTER SYSTEM SET ssl_key_file = '{key}'"),
+                "ALTER SYSTEM SET ssl = on",
+                "SELECT pg_reload_conf()",
+            ],
+        )
+        .unwrap_or_else(|why| panic!("turning TLS on: {why}\n{}", self.log_tail()));
+        // New sessions see the reloaded settings once the postmaster has.
+        let started = std::time::Instant::now();
+        while self.psql("SHOW ssl") != "on" {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "ssl still off 10 s after the reload\n{}",
+                self.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        tls.join("ca.pem")
+    }
+
     fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }
@@ -291,9 +370,14 @@ impl PgServer {
     /// directory (never /var/run/postgresql), no waiting on the disk, and
     /// room for a broker's pool plus a test's own connections.
     fn options(&self) -> String {
+        let durability = if self.durable {
+            "-c synchronous_commit=on"
+        } else {
+            "-c fsync=off -c full_page_writes=off"
+        };
         format!(
             "-c listen_addresses=127.0.0.1 -p {} -c unix_socket_directories='{}' \
-             -c fsync=off -c full_page_writes=off -c max_connections=200",
+             {durability} -c max_connections=200",
             self.port,
             self.dir.path().display()
         )

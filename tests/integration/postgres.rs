@@ -1,7 +1,8 @@
 //! The PostgreSQL broker's own tests, on servers of their own
 //! (`pg_support`): the harness itself, the schema and its migrations,
-//! connection errors, and the queue role (the rest of the broker is still
-//! being written, so the conformance suite does not run on it yet).
+//! connection errors and TLS, the queue role's SQL, and enqueue inside the
+//! caller's transactions. (Its semantics are the conformance suite's; many
+//! hosts and a restarted server: `scale`.)
 
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,7 @@ use sluice::message::NewMessage;
 use tokio_postgres::{Client, NoTls};
 
 use crate::pg_support::PgServer;
+use crate::support::Env;
 
 /// How long a test waits to connect; a server that is not there must fail
 /// the test, not hang it.
@@ -193,6 +195,44 @@ async fn a_bad_connection_says_in_one_line_what_to_fix() {
     }
 }
 
+/// `sslmode=require` speaks TLS and verifies the server: with its CA in
+/// `sslrootcert` it gets in (every session of the broker encrypted), with
+/// the public roots it is refused, and a server without TLS is refused
+/// rather than spoken to in plain text; each failure is one line.
+#[tokio::test]
+async fn sslmode_require_connects_over_verified_tls_only() {
+    let server = PgServer::start();
+    let url = format!("{}?sslmode=require", server.url());
+    let plain = PgBroker::connect(&url).await.err().unwrap().to_string();
+    assert!(
+        plain.contains("TLS to PostgreSQL failed") && plain.contains("does not support TLS"),
+        "{plain}"
+    );
+    let ca = server.enable_tls();
+    let unknown = PgBroker::connect(&url).await.err().unwrap().to_string();
+    assert!(
+        unknown.contains("TLS to PostgreSQL failed") && unknown.contains("sslrootcert"),
+        "{unknown}"
+    );
+    for err in [&plain, &unknown] {
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
+    let b = PgBroker::connect(&format!("{url}&sslrootcert={}", ca.display()))
+        .await
+        .unwrap();
+    b.publish(vec![NewMessage::new("q", "over TLS")])
+        .await
+        .unwrap();
+    let got = b.receive("q", 1, lease(), Flow::default()).await.unwrap();
+    assert_eq!(got[0].payload, b"over TLS");
+    let sessions = server.psql(
+        "SELECT count(*) FILTER (WHERE s.ssl), count(*) FROM pg_stat_ssl s
+         JOIN pg_stat_activity a USING (pid) WHERE a.usename = 'sluice'",
+    );
+    let (tls, all) = sessions.split_once('|').unwrap();
+    assert!(all != "0" && tls == all, "TLS sessions | all: {sessions}");
+}
+
 #[tokio::test]
 async fn messages_are_leased_settled_retried_and_buried() {
     let server = PgServer::start();
@@ -348,6 +388,36 @@ async fn an_expired_lease_delivers_again_and_the_late_ack_is_refused() {
     assert_eq!(server.psql("SELECT done, lost FROM sluice.counters"), "1|1");
 }
 
+/// Expired idempotency keys do not pile up: each claim deletes up to twice
+/// as many expired keys as it takes.
+#[tokio::test]
+async fn claims_sweep_expired_keys() {
+    let server = PgServer::start();
+    let b = broker(&server).await;
+    let claims = |prefix: &str| -> Vec<KeyClaim> {
+        (0..10)
+            .map(|i| KeyClaim {
+                key: format!("{prefix}{i}"),
+                holder: format!("h{i}"),
+            })
+            .collect()
+    };
+    b.claim("q", &claims("old"), Duration::from_millis(1))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let states = b.claim("q", &claims("new"), lease()).await.unwrap();
+    assert!(
+        states.iter().all(|s| *s == ClaimState::Acquired),
+        "{states:?}"
+    );
+    assert_eq!(
+        server.psql("SELECT string_agg(DISTINCT left(key, 3), ',') FROM sluice.keys"),
+        "new",
+        "the expired keys were swept"
+    );
+}
+
 #[tokio::test]
 async fn a_busy_key_waits_for_its_holder_and_extend_keeps_a_lease() {
     let server = PgServer::start();
@@ -449,6 +519,74 @@ async fn sql_publish_in_a_rolled_back_transaction_leaves_nothing() {
     assert_eq!(got[0].headers, vec![("tenant".into(), "a".into())]);
     let err = server.psql_err("SELECT sluice.publish('q', 'x'::bytea, '[1]')");
     assert!(err.contains("headers must be a JSON object"), "{err}");
+}
+
+/// `Client::publish_in` writes into the caller's transaction: a rollback
+/// takes the message back with the business row, a commit hands both on,
+/// and a host handles what was committed (and only that).
+#[test]
+fn client_publish_in_a_transaction_commits_or_rolls_back_with_it() {
+    let env = Env::postgres();
+    env.deploy("hello", "hello", None);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let published = rt.block_on(async {
+        let sluice = sluice::client::Client::connect(&env.broker_url())
+            .await
+            .unwrap();
+        let mut db = connect(&env.broker_url()).await;
+        db.batch_execute("CREATE TABLE shop_orders (id int PRIMARY KEY)")
+            .await
+            .unwrap();
+        let mut published = Vec::new();
+        for (id, commit) in [(1, false), (2, true)] {
+            let tx = db.transaction().await.unwrap();
+            tx.execute("INSERT INTO shop_orders VALUES ($1)", &[&id])
+                .await
+                .unwrap();
+            let ids = sluice
+                .publish_in(&tx, vec![NewMessage::new("hello", format!("order {id}"))])
+                .await
+                .unwrap();
+            assert_eq!(ids.len(), 1);
+            published.push(ids[0].clone());
+            if commit {
+                tx.commit().await.unwrap();
+            } else {
+                tx.rollback().await.unwrap();
+            }
+        }
+        let rows = db.query("SELECT id FROM shop_orders", &[]).await.unwrap();
+        assert_eq!(rows.len(), 1, "only the committed order is there");
+        // A client of another broker cannot, and says why.
+        let sqlite = sluice::client::Client::connect(&format!(
+            "sqlite://{}",
+            env.dir.path().join("other.db").display()
+        ))
+        .await
+        .unwrap();
+        let err = sqlite
+            .publish_in(&db, vec![NewMessage::new("hello", "x")])
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("needs a client connected to a postgres://"),
+            "{err}"
+        );
+        published
+    });
+    assert_eq!(
+        env.count("hello", "ready"),
+        1,
+        "the rolled-back one never was"
+    );
+    let log = env.run_until_idle();
+    assert_eq!(env.count("hello", "done"), 1, "{log}");
+    let (rolled_back, committed) = (&published[0], &published[1]);
+    assert!(
+        log.contains(&format!("message {committed}")) && !log.contains(rolled_back.as_str()),
+        "{log}"
+    );
 }
 
 /// A worker whose receive found nothing waits for a notification rather

@@ -9,11 +9,12 @@
 //! Every wait here has a deadline: a server that will not come up fails the
 //! test with the tail of its log instead of hanging the suite.
 
-use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::process::{reap, run_with_deadline};
 
 /// How long a server gets to answer PING (and finish loading its AOF).
 const START_DEADLINE: Duration = Duration::from_secs(10);
@@ -516,12 +517,6 @@ fn spawn(server: &Path, port: u16, dir: &Path, args: &[String]) -> Child {
         .unwrap_or_else(|e| panic!("spawning {}: {e}", server.display()))
 }
 
-/// SIGKILL (what `Child::kill` sends on Unix) and reap.
-fn reap(child: &mut Child) {
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
 /// Waits until this child, not some other process that holds the port,
 /// answers PING and has finished loading its data.
 fn wait_ready(child: &mut Child, port: u16, limit: Duration) -> Result<(), String> {
@@ -580,43 +575,6 @@ fn cli_within(port: u16, args: &[&str], limit: Duration) -> Result<String, Strin
             stdout.trim()
         ))
     }
-}
-
-/// Runs a command to completion or kills it at the deadline. Output is read
-/// on threads so a chatty command cannot block on a full pipe.
-pub fn run_with_deadline(
-    mut cmd: Command,
-    limit: Duration,
-) -> Result<(ExitStatus, String, String), String> {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| format!("spawning {cmd:?}: {e}"))?;
-    let read = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = pipe.read_to_end(&mut buf);
-            String::from_utf8_lossy(&buf).into_owned()
-        })
-    };
-    let out = read(Box::new(child.stdout.take().unwrap()));
-    let err = read(Box::new(child.stderr.take().unwrap()));
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if started.elapsed() < limit => std::thread::sleep(Duration::from_millis(5)),
-            Ok(None) => {
-                reap(&mut child);
-                return Err(format!("{cmd:?} did not finish within {limit:?}"));
-            }
-            Err(e) => {
-                reap(&mut child);
-                return Err(format!("waiting for {cmd:?}: {e}"));
-            }
-        }
-    };
-    Ok((status, out.join().unwrap(), err.join().unwrap()))
 }
 
 #[test]

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::pg_support::PgServer;
 use crate::redis_support::{RedisCluster, RedisServer};
 
 pub fn repo_root() -> PathBuf {
@@ -52,6 +53,7 @@ pub enum Backend {
     Sqlite,
     Redis(RedisServer),
     Cluster(RedisCluster),
+    Postgres(PgServer),
 }
 
 /// A scratch directory with a broker and a handlers directory.
@@ -73,6 +75,11 @@ impl Env {
         Self::on(Backend::Redis(RedisServer::start()))
     }
 
+    /// On a PostgreSQL server of its own.
+    pub fn postgres() -> Self {
+        Self::on(Backend::Postgres(PgServer::start()))
+    }
+
     pub fn on(backend: Backend) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let handlers = dir.path().join("handlers");
@@ -91,6 +98,7 @@ impl Env {
             Backend::Sqlite => format!("sqlite://{}", self.db.display()),
             Backend::Redis(server) => server.url(),
             Backend::Cluster(cluster) => cluster.url(),
+            Backend::Postgres(server) => server.url(),
         }
     }
 
@@ -98,6 +106,13 @@ impl Env {
         match &mut self.backend {
             Backend::Redis(server) => server,
             _ => panic!("this environment has no single redis-server"),
+        }
+    }
+
+    pub fn pg_server(&self) -> &PgServer {
+        match &self.backend {
+            Backend::Postgres(server) => server,
+            _ => panic!("this environment has no PostgreSQL server"),
         }
     }
 

@@ -6,8 +6,10 @@
 //! all, and replays on several hosts at once skip each other's rows
 //! (`FOR UPDATE SKIP LOCKED`) instead of moving one twice.
 //!
-//! Ordered groups are not on this broker yet: `grp` is carried along but
-//! a replay does not place a message in its group.
+//! A dead letter of an ordered group takes its group back: a replayed one
+//! leads its group again if it blocked it (`on_dead = "block"`), or waits
+//! behind the group's messages; purging lets the groups its dead letters
+//! blocked move on (`rejoin` and `unblock` in `groups.sql`).
 
 use async_trait::async_trait;
 use tokio_postgres::Row;
@@ -16,9 +18,79 @@ use super::{PgBroker, classify};
 use crate::broker::codec::decode_headers;
 use crate::broker::{DeadLetter, DeadLetters, ReplaySelector, Result};
 
-/// The role's part of version 1 of the schema: nothing beyond `dead` and
-/// its `(queue, seq)` index, which every query here ranges over.
-pub(super) const SCHEMA: &str = "";
+/// The role's part of version 1 of the schema: beyond `dead` and its
+/// `(queue, seq)` index (which every query here ranges over), the replay
+/// and purge functions. `replay_dead` moves up to `take` dead letters of
+/// queue q back to it, oldest death first: those with seq in (past,
+/// upto] (no upper end when upto is NULL: then the queue's newest dead
+/// letter now), dead by died_by, with fewer than max_redrives redrives,
+/// among only_ids (filters that are NULL take all). Each comes back with
+/// attempt 0 and `redrive` more redrives; one of an ordered group is put
+/// back waiting and then rejoins its group. Returns how many moved, the
+/// last seq moved, and the upper end used, for the next batch.
+pub(super) const SCHEMA: &str = "
+CREATE FUNCTION replay_dead(q text, died_by bigint, max_redrives integer, only_ids text[],
+                            take bigint, redrive integer, past bigint, upto bigint,
+                            OUT moved bigint, OUT last_seq bigint, OUT bound bigint)
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  now bigint := now_ms();
+  ordered boolean;
+  waiting_ids text[];
+  waiting_grps text[];
+BEGIN
+  bound := coalesce(upto, (SELECT max(seq) FROM dead WHERE queue = q));
+  PERFORM ordering_lock(q, false);
+  ordered := EXISTS (SELECT 1 FROM orderings WHERE queue = q);
+  WITH picked AS (
+      SELECT d.seq FROM dead d
+      WHERE d.queue = q AND d.seq > past AND d.seq <= bound
+        AND (died_by IS NULL OR d.died_at <= died_by)
+        AND (max_redrives IS NULL OR d.redrives < max_redrives)
+        AND (only_ids IS NULL OR d.id = ANY(only_ids))
+      ORDER BY d.seq
+      LIMIT take
+      FOR UPDATE SKIP LOCKED
+  ), gone AS (
+      DELETE FROM dead d USING picked WHERE d.seq = picked.seq
+      RETURNING d.*
+  ), queued AS (
+      INSERT INTO messages AS m (id, queue, key, payload, headers, attempt, enqueued_at,
+                                 visible_at, held_due, last_error, redrives, grp)
+      SELECT g.id, g.queue, g.key, g.payload, g.headers, 0, g.enqueued_at,
+             CASE WHEN g.grp IS NOT NULL AND ordered THEN waiting_at() ELSE now END,
+             CASE WHEN g.grp IS NOT NULL AND ordered THEN now END,
+             g.last_error, g.redrives + redrive, g.grp
+      FROM gone g ORDER BY g.seq
+      RETURNING m.seq, m.id, m.grp, m.visible_at
+  )
+  SELECT (SELECT count(*) FROM queued), (SELECT max(g.seq) FROM gone g),
+         (SELECT array_agg(x.id ORDER BY x.seq) FROM queued x WHERE x.visible_at = waiting_at()),
+         (SELECT array_agg(x.grp ORDER BY x.seq) FROM queued x WHERE x.visible_at = waiting_at())
+    INTO moved, last_seq, waiting_ids, waiting_grps;
+  FOR i IN 1 .. coalesce(array_length(waiting_ids, 1), 0) LOOP
+    PERFORM rejoin(q, waiting_grps[i], waiting_ids[i], now);
+  END LOOP;
+END
+$$;
+
+-- Delete queue q's dead letters; the groups they blocked move on. How
+-- many went.
+CREATE FUNCTION purge_dead(q text) RETURNS bigint
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  n bigint;
+  grouped text[];
+BEGIN
+  WITH gone AS (DELETE FROM dead WHERE queue = q RETURNING id, grp)
+  SELECT count(*), array_agg(id) FILTER (WHERE grp IS NOT NULL) INTO n, grouped FROM gone;
+  IF grouped IS NOT NULL THEN
+    PERFORM unblock(q, grouped, now_ms());
+  END IF;
+  RETURN n;
+END
+$$;
+";
 
 /// Most dead letters one replay statement moves: a long replay is many
 /// short transactions, not one that holds its locks for minutes.
@@ -26,37 +98,6 @@ const REPLAY_BATCH: i64 = 1000;
 
 const COLUMNS: &str = "id, queue, key, payload, headers, attempts, enqueued_at, died_at, \
                        reason, last_error, handler_version, redrives, grp";
-
-/// Move up to $5 dead letters of queue $1 back to it, oldest death first:
-/// those with seq in ($7, $8] (no upper end when $8 is NULL: then the
-/// queue's newest dead letter now), dead by $2, with fewer than $3
-/// redrives, among ids $4 (filters that are NULL take all). Each comes
-/// back with attempt 0, and $6 more redrives. Returns how many moved, the
-/// last seq moved, and the upper end used, for the next batch.
-const REPLAY: &str = "
-WITH bound AS (
-    SELECT coalesce($8::bigint, (SELECT max(seq) FROM dead WHERE queue = $1)) AS upto
-), picked AS (
-    SELECT seq FROM dead
-    WHERE queue = $1 AND seq > $7 AND seq <= (SELECT upto FROM bound)
-      AND ($2::bigint IS NULL OR died_at <= $2)
-      AND ($3::integer IS NULL OR redrives < $3)
-      AND ($4::text[] IS NULL OR id = ANY($4))
-    ORDER BY seq
-    LIMIT $5
-    FOR UPDATE SKIP LOCKED
-), moved AS (
-    DELETE FROM dead d USING picked WHERE d.seq = picked.seq
-    RETURNING d.*
-), queued AS (
-    INSERT INTO messages (id, queue, key, payload, headers, attempt, enqueued_at, visible_at,
-                          last_error, redrives, grp)
-    SELECT id, queue, key, payload, headers, 0, enqueued_at, now_ms(),
-           last_error, redrives + $6, grp
-    FROM moved ORDER BY seq
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM queued), (SELECT max(seq) FROM moved), (SELECT upto FROM bound)";
 
 #[async_trait]
 impl DeadLetters for PgBroker {
@@ -110,7 +151,7 @@ impl DeadLetters for PgBroker {
             }
             let row = conn
                 .query_one(
-                    REPLAY,
+                    "SELECT * FROM replay_dead($1, $2, $3, $4, $5, $6, $7, $8)",
                     &[
                         &queue,
                         &died_by,
@@ -136,9 +177,11 @@ impl DeadLetters for PgBroker {
     async fn purge(&self, queue: &str) -> Result<u64> {
         let context = format!("purging the dead letters of queue {queue:?}");
         let conn = self.conn(&context).await?;
-        conn.execute("DELETE FROM dead WHERE queue = $1", &[&queue])
+        let row = conn
+            .query_one("SELECT purge_dead($1)", &[&queue])
             .await
-            .map_err(|e| classify(&context, e))
+            .map_err(|e| classify(&context, e))?;
+        Ok(row.get::<_, i64>(0).max(0) as u64)
     }
 }
 

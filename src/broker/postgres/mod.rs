@@ -14,30 +14,41 @@
 //! under an advisory lock; the roles are one file each, as on the other
 //! backends, each with its part of the schema (`queue.rs` with
 //! `queue.sql`); `wake.rs` listens for the notifications that end an idle
-//! worker's wait.
+//! worker's wait, `vacuum.rs` keeps the churned tables small, `tls.rs`
+//! speaks TLS when the URL asks, and `in_transaction.rs` enqueues on the
+//! caller's own connection (`sluice::Client::publish_in`).
 //!
-//! Work in progress: every role passes the conformance suite except
-//! ordered groups and flow limits (`max_in_flight`, `rate`), which it
-//! refuses with an error that says so; until it has them it is not offered
-//! by `--broker`.
+//! Ordered groups and flow limits hold across all the hosts that share the
+//! database, as on the other backends, and the broker passes the whole
+//! conformance suite. A message's group is taken in SQL when it is
+//! enqueued, so one published from SQL is grouped like any other; a
+//! group's row in `groups` is what publishing to it and moving it on take
+//! turns on (`groups.rs`, `groups.sql`). A queue with `max_in_flight` or
+//! `rate` is received through `lease_limited`, whose receives take turns
+//! on the queue's row of `flow` (which holds the rate bucket), so hosts
+//! receiving at once never both take the last place; a queue without
+//! limits keeps the plain, lock-free `SKIP LOCKED` pick.
 
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
 use super::{BrokerError, Result};
 
 mod dead;
+mod groups;
+mod in_transaction;
 mod kv;
 mod migrate;
 mod presence;
 mod queue;
 mod schedules;
+mod tls;
 mod topics;
+mod vacuum;
 mod wake;
 
 /// The schema the broker's tables live in when the URL names none.
@@ -54,22 +65,33 @@ pub struct PgBroker {
     schema: String,
     /// Receivers waiting for their queues' notifications (`wake.rs`).
     wakes: Arc<wake::Wakes>,
+    /// Rows of `messages` changed since the last vacuum (`vacuum.rs`).
+    churn: Arc<vacuum::Churn>,
 }
 
 impl PgBroker {
     /// Connect to the database `url` names (`postgres://USER[:PASSWORD]@HOST
-    /// [:PORT]/DB[?schema=NAME]`), then create or upgrade the broker's
-    /// schema. Each way this can fail is one line that says what to fix.
+    /// [:PORT]/DB[?schema=NAME][&sslmode=require[&sslrootcert=PATH]]`),
+    /// then create or upgrade the broker's schema. Each way this can fail
+    /// is one line that says what to fix.
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
-        let (mut config, schema) = parse_url(url)?;
+        let (mut config, schema, tls) = parse_url(url)?;
+        let tls = tls
+            .connector()
+            .map_err(|e| anyhow::anyhow!("broker URL {url:?}: {e}"))?;
         let options = config.get_options().unwrap_or_default().to_string();
-        config.options(format!("{options} -c search_path={schema}").trim());
+        // The schema first on the search path; and no NOTICEs (`IF NOT
+        // EXISTS` in migrations says "already exists, skipping"), which the
+        // client would log at info on every command line.
+        config.options(
+            format!("{options} -c search_path={schema} -c client_min_messages=warning").trim(),
+        );
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
         let place = describe(&config);
         let (mut client, connection) = config
-            .connect(NoTls)
+            .connect(tls.clone())
             .await
             .map_err(|e| anyhow::anyhow!("{}", connect_error(&config, &place, &e)))?;
         let driver = tokio::spawn(connection);
@@ -80,12 +102,13 @@ impl PgBroker {
         let wakes = Arc::new(wake::Wakes::default());
         tokio::spawn(wake::listen(
             config.clone(),
+            tls.clone(),
             schema.clone(),
             Arc::downgrade(&wakes),
         ));
         let manager = Manager::from_config(
             config,
-            NoTls,
+            tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -94,10 +117,13 @@ impl PgBroker {
             .max_size(POOL_SIZE)
             .build()
             .map_err(|e| anyhow::anyhow!("PostgreSQL broker at {place}: {e}"))?;
+        let churn = Arc::new(vacuum::Churn::default());
+        tokio::spawn(vacuum::run(pool.clone(), Arc::downgrade(&churn)));
         Ok(PgBroker {
             pool,
             schema,
             wakes,
+            churn,
         })
     }
 
@@ -115,17 +141,26 @@ impl PgBroker {
     }
 }
 
-/// Split a broker URL into the client's settings and the schema (its own
-/// `schema` parameter, which the client does not know).
-fn parse_url(url: &str) -> anyhow::Result<(tokio_postgres::Config, String)> {
+/// Split a broker URL into the client's settings, the schema (its own
+/// `schema` parameter, which the client does not know) and TLS.
+fn parse_url(url: &str) -> anyhow::Result<(tokio_postgres::Config, String, tls::TlsSettings)> {
     let hint = "write it like postgres://USER@HOST:PORT/DB (optionally ?schema=NAME)";
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let mut schema = DEFAULT_SCHEMA.to_string();
+    let mut tls = tls::TlsSettings::default();
     let mut rest = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("schema", name)) => schema = name.to_string(),
-            _ => rest.push(pair),
+            Some((key, value)) => {
+                let taken = tls
+                    .take(key, value)
+                    .map_err(|e| anyhow::anyhow!("broker URL {url:?}: {e}"))?;
+                if !taken {
+                    rest.push(pair);
+                }
+            }
+            None => rest.push(pair),
         }
     }
     if !is_identifier(&schema) {
@@ -138,15 +173,17 @@ fn parse_url(url: &str) -> anyhow::Result<(tokio_postgres::Config, String)> {
     } else {
         format!("{base}?{}", rest.join("&"))
     };
-    let config = tokio_postgres::Config::from_str(&client_url)
+    let mut config = tokio_postgres::Config::from_str(&client_url)
         .map_err(|e| anyhow::anyhow!("broker URL {url:?} does not parse ({e}): {hint}"))?;
+    tls.apply(&mut config)
+        .map_err(|e| anyhow::anyhow!("broker URL {url:?}: {e}"))?;
     if config.get_dbname().is_none() {
         anyhow::bail!("broker URL {url:?} names no database: {hint}");
     }
     if config.get_user().is_none() {
         anyhow::bail!("broker URL {url:?} names no user: {hint}");
     }
-    Ok((config, schema))
+    Ok((config, schema, tls))
 }
 
 /// Whether `name` can be a schema name as written, unquoted.
@@ -183,8 +220,14 @@ fn connect_error(
     let user = config.get_user().unwrap_or_default();
     let db = config.get_dbname().unwrap_or_default();
     let Some(db_error) = e.as_db_error() else {
+        let text = with_causes(e);
+        if text.contains("TLS") || text.contains("tls") {
+            return format!(
+                "TLS to PostgreSQL failed for {place}: {text}: check that the server has ssl = on and that sslrootcert names the CA that signed its certificate"
+            );
+        }
         return format!(
-            "cannot reach PostgreSQL for {place}: {e}: is the server running and listening there?"
+            "cannot reach PostgreSQL for {place}: {text}: is the server running and listening there?"
         );
     };
     let code = db_error.code();
@@ -208,6 +251,21 @@ fn connect_error(
             db_error.message()
         )
     }
+}
+
+/// An error and what caused it, in one line: the client's own text says
+/// only what it was doing ("error performing TLS handshake").
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = c.source();
+    }
+    text.replace('\n', " ")
 }
 
 /// A client error as a broker error: lost connections, shutdowns and
@@ -237,15 +295,35 @@ mod tests {
 
     #[test]
     fn a_url_gives_its_schema_and_the_client_the_rest() {
-        let (config, schema) =
+        let (config, schema, tls) =
             parse_url("postgres://me@db.example:6543/app?schema=jobs&connect_timeout=3").unwrap();
         assert_eq!(schema, "jobs");
+        assert!(!tls.required, "no TLS unless the URL asks for it");
+        assert_eq!(
+            config.get_ssl_mode(),
+            tokio_postgres::config::SslMode::Disable
+        );
         assert_eq!(config.get_user(), Some("me"));
         assert_eq!(config.get_dbname(), Some("app"));
         assert_eq!(config.get_ports(), &[6543]);
         assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(3)));
-        let (_, schema) = parse_url("postgres://me@localhost/app").unwrap();
+        let (_, schema, _) = parse_url("postgres://me@localhost/app").unwrap();
         assert_eq!(schema, DEFAULT_SCHEMA);
+    }
+
+    #[test]
+    fn sslmode_require_asks_for_tls_with_the_root_certificates_named() {
+        let (config, _, tls) =
+            parse_url("postgres://me@localhost/app?sslmode=require&sslrootcert=/etc/ca.pem")
+                .unwrap();
+        assert!(tls.required);
+        assert_eq!(tls.root_cert.as_deref(), Some("/etc/ca.pem"));
+        assert_eq!(
+            config.get_ssl_mode(),
+            tokio_postgres::config::SslMode::Require
+        );
+        let (_, _, tls) = parse_url("postgres://me@localhost/app?sslmode=verify-full").unwrap();
+        assert!(tls.required && tls.root_cert.is_none());
     }
 
     #[test]
@@ -259,6 +337,18 @@ mod tests {
             ("postgres://localhost/app", "names no user"),
             ("postgres://me@localhost:notaport/app", "does not parse"),
             ("postgres://me@localhost/app?nonsense=1", "does not parse"),
+            (
+                "postgres://me@localhost/app?sslmode=prefer",
+                "would fall back to plain text",
+            ),
+            (
+                "postgres://me@localhost/app?sslmode=on",
+                "write sslmode=require",
+            ),
+            (
+                "postgres://me@localhost/app?sslrootcert=/ca.pem",
+                "add sslmode=require",
+            ),
         ] {
             let err = parse_url(url).unwrap_err().to_string();
             assert!(err.contains(says), "{url}: {err}");

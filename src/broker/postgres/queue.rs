@@ -1,7 +1,11 @@
 //! The queue role on PostgreSQL: one statement per batch. Receiving picks
 //! due rows with `FOR UPDATE SKIP LOCKED` and leases them in the same
 //! statement; claiming keys, settling and extending leases are the schema's
-//! functions (`queue.sql`), given one array per field.
+//! functions (`queue.sql`), given one array per field. A queue with flow
+//! limits is received by `lease_limited` instead: its receives take turns
+//! on the queue's row of `flow`, which holds its rate bucket, and each
+//! counts the leases the one before it took. Ordered groups are kept by
+//! `enqueue` and `settle` (see `groups.rs`).
 
 use std::time::Duration;
 
@@ -9,22 +13,24 @@ use async_trait::async_trait;
 
 use super::{PgBroker, classify, wake};
 use crate::broker::codec::{decode_headers, encode_headers, lease_expired};
-use crate::broker::{
-    BrokerError, ClaimState, Flow, KeyClaim, Lease, OrderedGroups, Queue, Result, Settlement,
-};
+use crate::broker::{ClaimState, Flow, KeyClaim, Lease, OrderedGroups, Queue, Result, Settlement};
 use crate::message::{Delivery, NewMessage, new_id};
 
-/// The queue role's tables and functions (version 1).
-pub(super) const SCHEMA: &str = include_str!("queue.sql");
+/// The queue role's tables and functions (version 1), with the ordered
+/// groups' (`groups.rs`), which `enqueue` and `settle` call.
+pub(super) const SCHEMA: &str = concat!(include_str!("queue.sql"), include_str!("groups.sql"));
 
 /// Lease up to $2 due messages of queue $1 for $3 ms. A row whose lease
 /// ran out gets the lease-expired text ($4, with its attempt number in
 /// place of `u32::MAX`) as its last error. Each row comes back with the
-/// due time and row number it was picked by.
+/// due time and row number it was picked by. (`lease_limited` in
+/// `queue.sql` leases the same way, for a queue with flow limits.) The
+/// clock is read once, as an init plan, so that the due time bounds the
+/// index scan instead of filtering every row of the queue.
 const RECEIVE: &str = "
 WITH picked AS (
     SELECT seq, visible_at AS due, leased AS was_leased FROM messages
-    WHERE queue = $1 AND visible_at <= now_ms()
+    WHERE queue = $1 AND visible_at <= (SELECT now_ms())
     ORDER BY visible_at, seq
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -51,19 +57,10 @@ impl Queue for PgBroker {
             batch.push(id.clone(), m);
         }
         let conn = self.conn("publishing").await?;
-        conn.execute(
-            "SELECT enqueue($1, $2, $3, $4, $5, $6)",
-            &[
-                &batch.ids,
-                &batch.queues,
-                &batch.keys,
-                &batch.payloads,
-                &batch.headers,
-                &batch.delays,
-            ],
-        )
-        .await
-        .map_err(|e| classify("publishing", e))?;
+        batch
+            .enqueue(&**conn, "enqueue")
+            .await
+            .map_err(|e| classify("publishing", e))?;
         Ok(ids)
     }
 
@@ -74,13 +71,10 @@ impl Queue for PgBroker {
         lease: Duration,
         flow: Flow,
     ) -> Result<Vec<Delivery>> {
-        if flow.max_in_flight.is_some() || flow.rate.is_some() {
-            return Err(not_yet(queue, "max_in_flight and rate"));
-        }
         if max == 0 {
             return Ok(Vec::new());
         }
-        self.lease_due(queue, max, lease).await
+        self.lease_due(queue, max, lease, flow).await
     }
 
     async fn claim(
@@ -146,6 +140,7 @@ impl Queue for PgBroker {
             )
             .await
             .map_err(|e| classify("settling", e))?;
+        self.churn.add(settlements.len());
         let states: Vec<i32> = row.get(0);
         let lost: Vec<&str> = settlements
             .iter()
@@ -196,29 +191,42 @@ impl Queue for PgBroker {
     }
 
     async fn set_ordering(&self, queue: &str, ordering: Option<&OrderedGroups>) -> Result<()> {
-        match ordering {
-            None => Ok(()),
-            Some(_) => Err(not_yet(queue, "ordered groups")),
-        }
+        self.order(queue, ordering).await
     }
 }
 
 impl PgBroker {
-    /// Lease up to `max` due messages of `queue`, oldest due first.
-    async fn lease_due(&self, queue: &str, max: usize, lease: Duration) -> Result<Vec<Delivery>> {
+    /// Lease up to `max` due messages of `queue`, oldest due first, fewer
+    /// when `flow` says so. Only a queue with flow limits goes through
+    /// `lease_limited` and its lock; the rest pick with one plain
+    /// statement, so that limits not set cost nothing.
+    async fn lease_due(
+        &self,
+        queue: &str,
+        max: usize,
+        lease: Duration,
+        flow: Flow,
+    ) -> Result<Vec<Delivery>> {
         let conn = self.conn("receiving").await?;
-        let rows = conn
-            .query(
-                RECEIVE,
-                &[
-                    &queue,
-                    &(max as i64),
-                    &(lease.as_millis() as i64),
-                    &lease_expired(u32::MAX),
-                ],
+        let (max, lease, expired) = (
+            max as i64,
+            lease.as_millis() as i64,
+            lease_expired(u32::MAX),
+        );
+        let rows = if flow == Flow::default() {
+            conn.query(RECEIVE, &[&queue, &max, &lease, &expired]).await
+        } else {
+            let limit = flow.max_in_flight.map(i64::from);
+            let per_ms = flow.rate.map(|r| r.per_ms());
+            let burst = flow.rate.map(|r| r.burst());
+            conn.query(
+                "SELECT * FROM lease_limited($1, $2, $3, $4, $5, $6, $7)",
+                &[&queue, &max, &lease, &expired, &limit, &per_ms, &burst],
             )
             .await
-            .map_err(|e| classify("receiving", e))?;
+        }
+        .map_err(|e| classify("receiving", e))?;
+        self.churn.add(rows.len());
         let mut out: Vec<(i64, i64, Delivery)> = rows
             .iter()
             .map(|row| {
@@ -264,19 +272,9 @@ impl PgBroker {
     }
 }
 
-/// The refusal of a feature the PostgreSQL broker does not have yet.
-fn not_yet(queue: &str, what: &str) -> BrokerError {
-    BrokerError::refused(
-        format!("queue {queue:?}"),
-        std::io::Error::other(format!(
-            "{what} are not yet available on the PostgreSQL broker: use SQLite or Redis for this queue"
-        )),
-    )
-}
-
 /// Messages to enqueue, one array per column, as `enqueue` takes them.
 #[derive(Default)]
-struct Publishes {
+pub(super) struct Publishes {
     ids: Vec<String>,
     queues: Vec<String>,
     keys: Vec<Option<String>>,
@@ -287,13 +285,36 @@ struct Publishes {
 
 impl Publishes {
     /// Add message `m` as `id`.
-    fn push(&mut self, id: String, m: &NewMessage) {
+    pub(super) fn push(&mut self, id: String, m: &NewMessage) {
         self.ids.push(id);
         self.queues.push(m.queue.clone());
         self.keys.push(m.key.clone());
         self.payloads.push(m.payload.clone());
         self.headers.push(encode_headers(&m.headers));
         self.delays.push(m.delay.as_millis() as i64);
+    }
+
+    /// Enqueue them all in one statement on `client`, through the schema's
+    /// `enqueue` named as `function` (schema-qualified on a connection
+    /// whose search path is not the broker's).
+    pub(super) async fn enqueue(
+        &self,
+        client: &impl tokio_postgres::GenericClient,
+        function: &str,
+    ) -> std::result::Result<u64, tokio_postgres::Error> {
+        client
+            .execute(
+                &format!("SELECT {function}($1, $2, $3, $4, $5, $6)"),
+                &[
+                    &self.ids,
+                    &self.queues,
+                    &self.keys,
+                    &self.payloads,
+                    &self.headers,
+                    &self.delays,
+                ],
+            )
+            .await
     }
 }
 

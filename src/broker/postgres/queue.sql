@@ -29,7 +29,8 @@ CREATE TABLE messages (
     last_error  text,
     redrives    integer NOT NULL DEFAULT 0,
     grp         text,
-    snoozes     integer NOT NULL DEFAULT 0
+    snoozes     integer NOT NULL DEFAULT 0,
+    held_due    bigint   -- while it waits for its turn in its group (groups.sql)
 );
 CREATE INDEX messages_due ON messages (queue, visible_at, seq);
 
@@ -72,6 +73,14 @@ CREATE TABLE dead (
 );
 CREATE INDEX dead_queue ON dead (queue, seq);
 
+-- The rate bucket of each queue received with flow limits (tokens as of
+-- updated_at); its row is also the lock such receives take turns on.
+CREATE TABLE flow (
+    queue      text PRIMARY KEY,
+    tokens     double precision NOT NULL,
+    updated_at bigint NOT NULL
+);
+
 -- Wake the receivers of queues that have due messages now, on every host:
 -- the broker's listening connections hear it when the transaction commits.
 CREATE FUNCTION wake(queues text[]) RETURNS void
@@ -82,7 +91,9 @@ END
 $$;
 
 -- Enqueue messages (parallel arrays, one element per message); each is due
--- after its own delay. The queues are remembered for `stats`.
+-- after its own delay. The queues are remembered for `stats`. A batch
+-- with a message of an ordered queue goes through enqueue_grouped
+-- (groups.sql), which puts each in its group.
 CREATE FUNCTION enqueue(ids text[], queues text[], keys text[], payloads bytea[],
                         headers text[], delays bigint[]) RETURNS void
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
@@ -91,11 +102,15 @@ DECLARE
 BEGIN
   INSERT INTO queues (queue) SELECT DISTINCT q FROM unnest(queues) AS q
   ON CONFLICT DO NOTHING;
-  INSERT INTO messages (id, queue, key, payload, headers, enqueued_at, visible_at)
-  SELECT m.id, m.queue, coalesce(m.key, m.id), m.payload, m.headers, now,
-         now + greatest(coalesce(m.delay, 0), 0)
-  FROM unnest(ids, queues, keys, payloads, headers, delays)
-       AS m(id, queue, key, payload, headers, delay);
+  IF EXISTS (SELECT 1 FROM orderings o WHERE o.queue = ANY(queues)) THEN
+    PERFORM enqueue_grouped(now, ids, queues, keys, payloads, headers, delays);
+  ELSE
+    INSERT INTO messages (id, queue, key, payload, headers, enqueued_at, visible_at)
+    SELECT m.id, m.queue, coalesce(m.key, m.id), m.payload, m.headers, now,
+           now + greatest(coalesce(m.delay, 0), 0)
+    FROM unnest(ids, queues, keys, payloads, headers, delays)
+         AS m(id, queue, key, payload, headers, delay);
+  END IF;
   PERFORM wake(array_agg(DISTINCT m.queue))
   FROM unnest(queues, delays) AS m(queue, delay)
   WHERE coalesce(m.delay, 0) <= 0
@@ -134,31 +149,39 @@ $$;
 -- Take idempotency keys of a queue for lease_ms, one answer per key: 0
 -- taken, 1 done already, 2 held by another delivery. A key is taken when
 -- it is free, expired, or held by the same holder; the row lock of ON
--- CONFLICT makes two hosts' claims of one key take turns.
+-- CONFLICT makes two hosts' claims of one key take turns, and a key twice
+-- in one batch is taken by its first holder only. A key whose holder
+-- committed after this statement began reads as held (2): the delivery
+-- waits and comes back, never runs twice. Each claim also deletes up to
+-- twice as many expired keys as it takes, so the table keeps pace with
+-- the keys' retention without a sweeper.
 CREATE FUNCTION claim(q text, ks text[], holders text[], lease_ms bigint) RETURNS int[]
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
   now bigint := now_ms();
-  out int[] := '{}';
-  taken boolean;
-  is_done boolean;
+  out int[];
 BEGIN
-  FOR i IN 1 .. coalesce(array_length(ks, 1), 0) LOOP
-    INSERT INTO keys AS k (queue, key, done, holder, expires_at)
-    VALUES (q, ks[i], false, holders[i], now + lease_ms)
+  DELETE FROM keys WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM keys WHERE expires_at <= now ORDER BY expires_at
+    LIMIT 2 * coalesce(array_length(ks, 1), 0) FOR UPDATE SKIP LOCKED));
+  WITH c AS (
+    SELECT c.k, c.holder, c.i, row_number() OVER w AS nth, first_value(c.holder) OVER w AS first
+    FROM unnest(ks, holders) WITH ORDINALITY AS c(k, holder, i)
+    WINDOW w AS (PARTITION BY c.k ORDER BY c.i)
+  ), taken AS (
+    INSERT INTO keys AS t (queue, key, done, holder, expires_at)
+    SELECT q, c.k, false, c.holder, now + lease_ms FROM c WHERE c.nth = 1
     ON CONFLICT (queue, key) DO UPDATE
       SET done = false, holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
-      WHERE k.expires_at <= now OR (NOT k.done AND k.holder = EXCLUDED.holder)
-    RETURNING true INTO taken;
-    IF taken THEN
-      out := out || 0;
-    ELSE
-      SELECT done INTO is_done FROM keys WHERE queue = q AND key = ks[i];
-      out := out || (CASE WHEN is_done THEN 1 ELSE 2 END);
-    END IF;
-    taken := NULL;
-  END LOOP;
-  RETURN out;
+      WHERE t.expires_at <= now OR (NOT t.done AND t.holder = EXCLUDED.holder)
+    RETURNING t.key
+  )
+  SELECT array_agg(CASE WHEN taken.key IS NOT NULL AND c.holder = c.first THEN 0
+                        WHEN cur.done THEN 1 ELSE 2 END ORDER BY c.i)
+    INTO out
+    FROM c LEFT JOIN taken ON taken.key = c.k
+           LEFT JOIN keys cur ON cur.queue = q AND cur.key = c.k;
+  RETURN coalesce(out, '{}');
 END
 $$;
 
@@ -166,9 +189,11 @@ $$;
 -- duplicate, R retry, F defer, S snooze, X dead; each is fenced by its
 -- delivery's receipt. Publishes (p_*) belong to settlement p_owner: a done
 -- one's are enqueued when it counts as done, a dead one's (its notice)
--- when it is buried. Returns one state per settlement: 0 lease lost
--- (nothing applied), 1 done, 2 duplicate, 3 retried, 4 deferred, snoozed
--- or dead.
+-- when it is buried. A message of an ordered group that leaves moves its
+-- group on, or blocks it when dead (groups_left, before the publishes, so
+-- that they join their groups behind the waiting messages). Returns one
+-- state per settlement: 0 lease lost (nothing applied), 1 done, 2
+-- duplicate, 3 retried, 4 deferred, snoozed or dead.
 CREATE FUNCTION settle(kinds text[], ids text[], receipts text[], queues text[],
                        ks text[], retentions bigint[], delays bigint[], errors text[],
                        reasons text[], versions text[], attempts integer[],
@@ -181,12 +206,20 @@ DECLARE
   out int[] := '{}';
   st int;
   m messages%ROWTYPE;
+  left_q text[];
+  left_g text[];
+  left_dead text[];
 BEGIN
   FOR i IN 1 .. coalesce(array_length(kinds, 1), 0) LOOP
     st := 0;
     IF kinds[i] IN ('D', 'U', 'X') THEN
       DELETE FROM messages WHERE id = ids[i] AND receipt = receipts[i] RETURNING * INTO m;
       IF FOUND THEN
+        IF m.grp IS NOT NULL THEN
+          left_q := left_q || m.queue;
+          left_g := left_g || m.grp;
+          left_dead := left_dead || (CASE WHEN kinds[i] = 'X' THEN m.id END);
+        END IF;
         IF kinds[i] = 'U' THEN
           st := 2;
         ELSIF kinds[i] = 'X' THEN
@@ -228,6 +261,9 @@ BEGIN
     END IF;
     out := out || st;
   END LOOP;
+  IF left_q IS NOT NULL THEN
+    PERFORM groups_left(left_q, left_g, left_dead, now);
+  END IF;
   IF coalesce(array_length(p_owner, 1), 0) > 0 THEN
     PERFORM enqueue(array_agg(p.id), array_agg(p.queue), array_agg(p.key),
                     array_agg(p.payload), array_agg(p.headers), array_agg(p.delay))
@@ -274,5 +310,73 @@ BEGIN
     out := out || held;
   END LOOP;
   RETURN out;
+END
+$$;
+
+-- Lease as queue.rs's RECEIVE does, for a queue with flow limits: no more
+-- than leave max_in_flight of its messages leased (NULL: no limit; a
+-- lease that ran out does not count), nor more than the whole tokens in
+-- its rate bucket, refilled at per_ms a millisecond up to burst (NULL: no
+-- rate). Receives of the queue take turns on its row of `flow`, and each
+-- statement after the lock sees what the receive before it leased, so two
+-- hosts receiving at once never both take the last place.
+CREATE FUNCTION lease_limited(q text, want bigint, lease_ms bigint, expired text,
+                              max_in_flight bigint, per_ms double precision,
+                              burst double precision)
+RETURNS TABLE (r_id text, r_key text, r_payload bytea, r_headers text, r_attempt integer,
+               r_enqueued_at bigint, r_last_error text, r_receipt text, r_visible_at bigint,
+               r_grp text, r_snoozes integer, r_due bigint, r_seq bigint)
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  now bigint;
+  n bigint := want;
+  stored double precision;
+  stamp bigint;
+  t double precision;
+  got bigint;
+BEGIN
+  SELECT f.tokens, f.updated_at INTO stored, stamp FROM flow f WHERE f.queue = q FOR UPDATE;
+  IF NOT FOUND THEN
+    INSERT INTO flow AS f (queue, tokens, updated_at) VALUES (q, coalesce(burst, 0), now_ms())
+    ON CONFLICT (queue) DO NOTHING;
+    SELECT f.tokens, f.updated_at INTO stored, stamp FROM flow f WHERE f.queue = q FOR UPDATE;
+  END IF;
+  now := now_ms();
+  IF max_in_flight IS NOT NULL THEN
+    n := least(n, max_in_flight - (SELECT count(*) FROM messages m
+                                   WHERE m.queue = q AND m.visible_at > now
+                                     AND m.visible_at < waiting_at() AND m.leased));
+  END IF;
+  IF per_ms IS NOT NULL THEN
+    t := least(burst, stored + greatest(now - stamp, 0) * per_ms);
+    n := least(n, floor(t)::bigint);
+  END IF;
+  IF n <= 0 THEN
+    RETURN;
+  END IF;
+  RETURN QUERY
+  WITH picked AS (
+      SELECT m.seq, m.visible_at AS due, m.leased AS was_leased FROM messages m
+      WHERE m.queue = q AND m.visible_at <= now
+      ORDER BY m.visible_at, m.seq
+      LIMIT n
+      FOR UPDATE SKIP LOCKED
+  )
+  UPDATE messages m
+  SET leased = true,
+      visible_at = now + lease_ms,
+      receipt = substr(md5(random()::text || m.seq::text), 1, 16),
+      attempt = m.attempt + 1,
+      last_error = CASE WHEN picked.was_leased
+                        THEN replace(expired, '4294967295', m.attempt::text)
+                        ELSE m.last_error END
+  FROM picked
+  WHERE m.seq = picked.seq
+  RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.enqueued_at, m.last_error,
+            m.receipt, m.visible_at, m.grp, m.snoozes, picked.due, m.seq;
+  GET DIAGNOSTICS got = ROW_COUNT;
+  IF per_ms IS NOT NULL AND got > 0 THEN
+    UPDATE flow SET tokens = t - got, updated_at = now WHERE queue = q;
+  END IF;
 END
 $$;

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// The longest an idle worker waits before it looks again.
 pub(super) const MAX_WAIT: Duration = Duration::from_millis(500);
@@ -40,11 +41,16 @@ impl Wakes {
 
 /// Listen on `channel` for as long as `wakes` is alive (the broker holds
 /// it), connecting again after a lost connection.
-pub(super) async fn listen(config: tokio_postgres::Config, channel: String, wakes: Weak<Wakes>) {
+pub(super) async fn listen(
+    config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
+    channel: String,
+    wakes: Weak<Wakes>,
+) {
     let mut backoff = Duration::from_millis(100);
     while wakes.strong_count() > 0 {
         let started = std::time::Instant::now();
-        if let Err(e) = listen_once(&config, &channel, &wakes).await {
+        if let Err(e) = listen_once(&config, &tls, &channel, &wakes).await {
             tracing::debug!(error = %e, "the PostgreSQL broker's listening connection ended; receivers poll until it is back");
         }
         if started.elapsed() > MAX_BACKOFF {
@@ -59,10 +65,11 @@ pub(super) async fn listen(config: tokio_postgres::Config, channel: String, wake
 /// server closes it.
 async fn listen_once(
     config: &tokio_postgres::Config,
+    tls: &MakeRustlsConnect,
     channel: &str,
     wakes: &Weak<Wakes>,
 ) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(NoTls).await?;
+    let (client, mut connection) = config.connect(tls.clone()).await?;
     let listen = format!("LISTEN {channel}");
     let listening = client.batch_execute(&listen);
     tokio::pin!(listening);

@@ -118,7 +118,7 @@ pub async fn rate_spends_a_bucket_of_one_second(b: Arc<dyn Broker>) {
     assert_eq!(b.receive("q", 40, LEASE, five).await.unwrap().len(), 5);
 }
 
-on_every_backend!(broker, not on postgres yet:
+on_every_backend!(broker:
     max_in_flight_caps_the_leases_of_a_queue,
     an_expired_lease_frees_its_place,
     rate_spends_a_bucket_of_one_second,

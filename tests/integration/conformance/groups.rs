@@ -314,7 +314,7 @@ pub async fn a_delayed_member_waits_for_its_turn_and_its_time(b: Arc<dyn Broker>
     assert_eq!(s.pending(), 0, "{s:?}");
 }
 
-on_every_backend!(broker, not on postgres yet:
+on_every_backend!(broker:
     a_delayed_member_waits_for_its_turn_and_its_time,
     keyed_acks_move_their_groups_on,
     a_group_is_leased_one_message_at_a_time_in_order,

@@ -1,0 +1,163 @@
+//! The PostgreSQL broker in the harness, on a server of the harness's own
+//! as durable as a production one (`fsync` and `synchronous_commit` on):
+//!
+//! * `postgres`: its drains (native, `hello` fresh and reuse; idempotency
+//!   on, as by default) next to the Redis and SQLite `hello` reuse drains of
+//!   the same run, with the ratios the issue's targets name.
+//! * `bloat`: whether deleting done messages keeps the hot table small: its
+//!   size after a long drain against its size early in the same drain.
+
+use super::pg_support::PgServer;
+use super::*;
+
+/// The drains' settings: many calls and a deep prefetch, as on Redis, so
+/// that round trips to the server overlap.
+const FAST: Settings = Settings {
+    concurrency: Some(64),
+    prefetch: Some(4096),
+};
+
+/// An empty broker on `server`: its schema dropped, then made again by
+/// connecting.
+async fn fresh(server: &PgServer) -> Arc<dyn Broker> {
+    server.psql("DROP SCHEMA IF EXISTS sluice CASCADE");
+    Arc::new(PgBroker::connect(&server.url()).await.unwrap())
+}
+
+pub async fn drains(runtime: &Runtime, args: &Args) {
+    let n = args.pg_messages;
+    let server = PgServer::start_durable();
+    println!(
+        "postgres: {}; synchronous_commit {}, fsync {}",
+        server.psql("SELECT version()"),
+        server.psql("SHOW synchronous_commit"),
+        server.psql("SHOW fsync"),
+    );
+    let pg = super::drains(
+        runtime,
+        "postgres",
+        n,
+        FAST,
+        args.rounds,
+        "native,fresh,reuse",
+        async || fresh(&server).await,
+    )
+    .await;
+    let reuse = |figures: &[(&str, Drained)]| {
+        figures
+            .iter()
+            .find(|(mode, _)| *mode == "reuse")
+            .map(|(_, d)| d.rate)
+    };
+    let Some(pg_reuse) = reuse(&pg) else {
+        return;
+    };
+    // The baselines, at the same number of messages.
+    let redis = RedisProcess::start();
+    let redis_reuse = one_reuse(runtime, "redis", n, FAST, async || {
+        Arc::new(RedisBroker::connect(&redis.url).await.unwrap()) as Arc<dyn Broker>
+    })
+    .await;
+    let defaults = Settings {
+        concurrency: None,
+        prefetch: None,
+    };
+    let sqlite_reuse = one_reuse(runtime, "sqlite", n, defaults, async || {
+        let dir = tempfile::tempdir().unwrap().keep();
+        Arc::new(SqliteBroker::open(dir.join("bench.db")).unwrap()) as Arc<dyn Broker>
+    })
+    .await;
+    println!(
+        "ratio   postgres hello reuse {:>9.2} × redis hello reuse (target ≥ 0.5 ×)",
+        pg_reuse / redis_reuse
+    );
+    println!(
+        "ratio   postgres hello reuse {:>9.2} × sqlite hello reuse (target ≥ 3 ×)",
+        pg_reuse / sqlite_reuse
+    );
+}
+
+/// One `hello` reuse drain of `n` messages on the broker `open` makes.
+async fn one_reuse(
+    runtime: &Runtime,
+    name: &str,
+    n: usize,
+    base: Settings,
+    open: impl AsyncFnOnce() -> Arc<dyn Broker>,
+) -> f64 {
+    let handler = Arc::new(load(runtime, "hello", InstanceMode::Reuse));
+    let spec = tuned(handler.spec.clone(), base);
+    let label = format!("{name} hello reuse");
+    drain(&label, open().await, handler, spec, n, Observed::Off)
+        .await
+        .rate
+}
+
+/// Messages the bloat check drains in all, and how many are waiting at
+/// any time (the publisher tops the queue up to this).
+const BLOAT_TOTAL: u64 = 1_000_000;
+const BLOAT_BACKLOG: u64 = 10_000;
+
+/// Drain [`BLOAT_TOTAL`] messages through a native no-op while a publisher
+/// keeps [`BLOAT_BACKLOG`] waiting, and print the size of the hot table
+/// (`messages`, with its indexes and TOAST) once the first backlog's worth
+/// is done and again at the end, with what autovacuum did meanwhile.
+pub async fn bloat(runtime: &Runtime) {
+    let server = PgServer::start_durable();
+    let broker = fresh(&server).await;
+    let mut spec = tuned(
+        load(runtime, "hello", InstanceMode::Reuse).spec.clone(),
+        FAST,
+    );
+    // The idempotency keys are remembered for their retention by design;
+    // this measures the messages alone.
+    spec.idempotency.enabled = false;
+    let worker = QueueWorker::new(broker.clone(), Arc::new(NativeNoop), spec);
+    let stats = worker.stats.clone();
+    let handled = &stats.handled;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(worker.serve(stop_rx, Duration::from_secs(10)));
+    let size = || {
+        server
+            .psql("SELECT pg_total_relation_size('sluice.messages')")
+            .parse::<u64>()
+            .unwrap()
+    };
+    let start = Instant::now();
+    let (mut published, mut early) = (0u64, None);
+    let payload = vec![b'x'; 100];
+    while handled.load(Ordering::Relaxed) < BLOAT_TOTAL {
+        let done = handled.load(Ordering::Relaxed);
+        if published < BLOAT_TOTAL && published - done < BLOAT_BACKLOG {
+            let batch = (published - done).min(BLOAT_TOTAL - published).max(1000);
+            let messages = (0..batch)
+                .map(|_| NewMessage::new("hello", payload.clone()))
+                .collect();
+            broker.publish(messages).await.unwrap();
+            published += batch;
+        } else {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if early.is_none() && done >= BLOAT_BACKLOG {
+            early = Some(size());
+        }
+    }
+    let elapsed = start.elapsed();
+    let _ = stop_tx.send(true);
+    task.await.unwrap();
+    let late = size();
+    let early = early.unwrap();
+    let vacuums = server.psql(
+        "SELECT autovacuum_count, vacuum_count, n_dead_tup FROM pg_stat_user_tables
+         WHERE schemaname = 'sluice' AND relname = 'messages'",
+    );
+    println!(
+        "bloat   postgres: {BLOAT_TOTAL} messages in {:.1} s, {BLOAT_BACKLOG} waiting at a time; \
+         messages table {} KiB after {BLOAT_BACKLOG} done, {} KiB after {BLOAT_TOTAL}: {:.2} × \
+         (autovacuums | vacuums | dead rows now: {vacuums})",
+        elapsed.as_secs_f64(),
+        early / 1024,
+        late / 1024,
+        late as f64 / early as f64
+    );
+}
