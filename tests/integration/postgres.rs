@@ -410,7 +410,10 @@ async fn a_busy_broker_vacuums_its_messages_table() {
     )
     .await
     .unwrap();
-    let got = b.receive("q", 6000, lease(), Flow::default()).await.unwrap();
+    let got = b
+        .receive("q", 6000, lease(), Flow::default())
+        .await
+        .unwrap();
     let done: Vec<Settlement> = got
         .into_iter()
         .map(|delivery| Settlement::Duplicate { delivery })
