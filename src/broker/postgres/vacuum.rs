@@ -52,19 +52,24 @@ pub(super) async fn run(pool: Pool, churn: Weak<Churn>) {
         } else {
             "messages"
         };
-        let vacuumed = async {
-            let conn = pool.get().await.map_err(|e| e.to_string())?;
-            conn.batch_execute(&format!("VACUUM (SKIP_LOCKED) {tables}"))
-                .await
-                .map_err(|e| e.to_string())
+        let conn = match pool.get().await {
+            Ok(conn) => conn,
+            // The server is away: the receivers say so; try next time.
+            Err(e) => {
+                tracing::debug!(error = %e, "no connection to vacuum {tables} with");
+                continue;
+            }
         };
-        match vacuumed.await {
+        match conn
+            .batch_execute(&format!("VACUUM (SKIP_LOCKED) {tables}"))
+            .await
+        {
             Ok(()) => {}
-            // Once, then quietly: a role that does not own the tables may
-            // not vacuum them, and then autovacuum alone does.
-            Err(e) if !warned => {
+            // Once, then quietly: the server refused it (the receivers
+            // report a connection lost, which has no code).
+            Err(e) if !warned && e.code().is_some() => {
                 warned = true;
-                tracing::warn!(error = %e, "the PostgreSQL broker could not vacuum {tables}; its tables grow until autovacuum comes round (grant the broker's role ownership of its schema's tables)");
+                tracing::warn!(error = %e, "the PostgreSQL broker could not vacuum {tables}; its tables grow until autovacuum comes round");
             }
             Err(e) => {
                 tracing::debug!(error = %e, "the PostgreSQL broker could not vacuum {tables}")
