@@ -624,6 +624,19 @@ fn client_publish_in_a_transaction_commits_or_rolls_back_with_it() {
     );
     let log = env.run_until_idle();
     assert_eq!(env.count("hello", "done"), 1, "{log}");
+    // sluice.toml names the same broker for a command given no --broker.
+    let config = env.dir.path().join("pg.toml");
+    std::fs::write(&config, format!("broker = \"{}\"\n", env.broker_url())).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["--config", config.to_str().unwrap(), "--json", "stats"])
+        .output()
+        .unwrap();
+    let stats = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stats.contains("\"done\":1"),
+        "{stats}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (rolled_back, committed) = (&published[0], &published[1]);
     assert!(
         log.contains(&format!("message {committed}")) && !log.contains(rolled_back.as_str()),
