@@ -93,7 +93,7 @@ impl Client {
     /// Connect to `sqlite://PATH`, `redis://HOST:PORT[/DB]` or
     /// `postgres://USER@HOST:PORT/DB[?schema=NAME]`.
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
-        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        if crate::broker::is_postgres(url) {
             return Ok(Client::from_postgres(Arc::new(
                 PgBroker::connect(url).await?,
             )));

@@ -80,10 +80,16 @@ pub async fn connect(url: &str) -> anyhow::Result<Arc<dyn Broker>> {
     if url.starts_with("redis://") {
         return Ok(Arc::new(RedisBroker::connect(url).await?));
     }
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+    if is_postgres(url) {
         return Ok(Arc::new(PgBroker::connect(url).await?));
     }
     anyhow::bail!(
         "unknown broker URL {url:?}: use sqlite://PATH, redis://HOST:PORT or postgres://USER@HOST:PORT/DB"
     )
+}
+
+/// Whether `url` names a PostgreSQL broker (`postgres://` or
+/// `postgresql://`).
+pub fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
