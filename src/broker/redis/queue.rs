@@ -269,14 +269,20 @@ impl RedisBroker {
         let mut pipe = redis::pipe();
         pipe.atomic();
         let mut entries = Vec::with_capacity(plain.len());
-        let mut groups = Vec::new();
+        // Entries of ordered groups are acked by `ADVANCE`, the rest here.
+        let mut ungrouped = Vec::with_capacity(plain.len());
+        let mut grouped = Vec::new();
         // The deliveries whose keys are set, in the order of the replies.
         let mut keyed = Vec::with_capacity(plain.len());
         let (mut done, mut duplicates) = (0u64, 0u64);
         for s in plain {
             let d = s.delivery();
-            entries.push(codec::parse_receipt(&d.receipt).0);
-            groups.extend(d.group.as_deref());
+            let entry = codec::parse_receipt(&d.receipt).0;
+            entries.push(entry);
+            match d.group.as_deref() {
+                Some(g) => grouped.push((entry, g)),
+                None => ungrouped.push(entry),
+            }
             match s {
                 Settlement::Done {
                     key: Some((k, retention)),
@@ -294,13 +300,15 @@ impl RedisBroker {
                 _ => duplicates += 1,
             }
         }
-        pipe.cmd("XACK")
-            .arg(&keys.stream)
-            .arg(GROUP)
-            .arg(&entries)
-            .ignore();
+        if !ungrouped.is_empty() {
+            pipe.cmd("XACK")
+                .arg(&keys.stream)
+                .arg(GROUP)
+                .arg(&ungrouped)
+                .ignore();
+        }
+        advance_groups(&mut pipe, &keys, &grouped);
         pipe.cmd("XDEL").arg(&keys.stream).arg(&entries).ignore();
-        advance_groups(&mut pipe, &keys, &groups);
         for (name, n) in [("done", done), ("duplicates", duplicates)] {
             if n > 0 {
                 pipe.cmd("HINCRBY")
@@ -408,10 +416,11 @@ impl RedisBroker {
     }
 }
 
-/// Add to an ack's transaction that the ordered `groups` of its messages
-/// move on (`ADVANCE`); nothing when there are none.
-fn advance_groups(pipe: &mut redis::Pipeline, keys: &QueueKeys, groups: &[&str]) {
-    if groups.is_empty() {
+/// Add to an ack's transaction that the `grouped` entries (each with its
+/// ordered group) are acked and their groups move on (`ADVANCE`); nothing
+/// when there are none.
+fn advance_groups(pipe: &mut redis::Pipeline, keys: &QueueKeys, grouped: &[(&str, &str)]) {
+    if grouped.is_empty() {
         return;
     }
     pipe.cmd("EVAL")
@@ -422,8 +431,11 @@ fn advance_groups(pipe: &mut redis::Pipeline, keys: &QueueKeys, groups: &[&str])
         .arg(&keys.bodies)
         .arg(&keys.groups)
         .arg(&keys.waiting)
-        .arg(groups)
-        .ignore();
+        .arg(GROUP);
+    for (entry, group) in grouped {
+        pipe.arg(*entry).arg(*group);
+    }
+    pipe.ignore();
 }
 
 /// Append one settlement's arguments to the `SETTLE` script: its kind,

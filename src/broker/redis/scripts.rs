@@ -637,18 +637,24 @@ return lost
 });
 
 /// KEYS: stream, delayed, bodies, groups. ARGV: the prefix of the waiting
-/// lists, then the group of each message of an ordered group that a plain
-/// ack (see `settle_plain`) removed. Each group moves on, as in `SETTLE`.
-/// Sent whole (`EVAL`) inside the ack's `MULTI`, so that both happen or
-/// neither even on a server that lost its script cache.
+/// lists, the consumer group, then for each message of an ordered group
+/// that a plain ack (see `settle_plain`) removes, its entry and its group.
+/// Each entry is acked here, and its group moves on (as in `SETTLE`) only
+/// if that ack took it out of the pending list: an ack written again after
+/// its reply was lost finds it gone and moves nothing on, so a group never
+/// has two messages out. Sent whole (`EVAL`) inside the ack's `MULTI`, so
+/// that both happen or neither even on a server that lost its script
+/// cache.
 pub static ADVANCE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{BASE}{GROUP_CORE}{}",
         r#"
 local now = server_now()
 local n = 0
-for i = 2, #ARGV do
-  n = n + advance(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[i], now)
+for i = 3, #ARGV, 2 do
+  if redis.call('XACK', KEYS[1], ARGV[2], ARGV[i]) == 1 then
+    n = n + advance(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[i + 1], now)
+  end
 end
 activated(KEYS[4], n)
 return n

@@ -267,6 +267,47 @@ pub async fn keyed_acks_move_their_groups_on(b: Arc<dyn Broker>) {
     );
 }
 
+/// A batch of settlements written again because its reply was lost (the
+/// settler writes until the broker answers) moves each group on once: the
+/// second write finds its deliveries settled and activates nothing, so the
+/// group still has one message out at a time. Both kinds of ack: a keyed
+/// done (which Redis applies without its settle script) and a plain one.
+pub async fn a_settlement_written_twice_moves_its_group_on_once(b: Arc<dyn Broker>) {
+    order(&*b, "q", false).await;
+    b.publish(
+        ["a1", "a2", "a3", "a4"]
+            .iter()
+            .map(|p| member("q", "a", p))
+            .collect(),
+    )
+    .await
+    .unwrap();
+    let a1 = take(&*b, "q").await.pop().unwrap();
+    let claim = KeyClaim {
+        key: "k1".into(),
+        holder: a1.receipt.clone(),
+    };
+    assert_eq!(
+        b.claim("q", &[claim], LEASE).await.unwrap(),
+        [ClaimState::Acquired]
+    );
+    let keyed = Settlement::Done {
+        delivery: a1,
+        key: Some(("k1".into(), Duration::from_secs(60))),
+        publishes: vec![],
+    };
+    settle(&*b, keyed.clone()).await;
+    settle(&*b, keyed).await;
+    let got = take(&*b, "q").await;
+    assert_eq!(payloads(&got), ["a2"], "one message of the group out");
+    let plain = done(got.into_iter().next().unwrap());
+    settle(&*b, plain.clone()).await;
+    settle(&*b, plain).await;
+    let got = take(&*b, "q").await;
+    assert_eq!(payloads(&got), ["a3"], "one message of the group out");
+    assert!(take(&*b, "q").await.is_empty(), "a4 waits behind a3");
+}
+
 /// A delayed message that waits behind its group keeps its due time: when
 /// its turn comes before that time, it waits for it (and holds its group
 /// meanwhile); when its turn comes after it, it is delivered at once.
@@ -317,6 +358,7 @@ pub async fn a_delayed_member_waits_for_its_turn_and_its_time(b: Arc<dyn Broker>
 on_every_backend!(broker:
     a_delayed_member_waits_for_its_turn_and_its_time,
     keyed_acks_move_their_groups_on,
+    a_settlement_written_twice_moves_its_group_on_once,
     a_group_is_leased_one_message_at_a_time_in_order,
     a_dead_message_moves_its_group_on_or_blocks_it,
     held_publishes_join_their_group_and_dropping_the_ordering_frees_it,
