@@ -376,3 +376,68 @@ async fn groups_written_by_an_earlier_version_move_on_in_order() {
     let stats = host.queue_stats("q").await.unwrap();
     assert_eq!((stats.done, stats.pending()), (4, 0), "{stats:?}");
 }
+
+/// A replay moves only the dead letters there were when it began. Redis
+/// moves them a thousand at a time, and a message replayed in one step can
+/// die again before the last: its new dead letter must not be moved too.
+#[tokio::test]
+async fn a_replay_does_not_move_a_message_that_died_again_meanwhile() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use sluice::broker::{DeadLetters, Flow, Queue, ReplaySelector, Settlement};
+
+    const DEAD: usize = 5000;
+    let server = RedisServer::start();
+    let b = Arc::new(
+        sluice::broker::RedisBroker::connect(&server.url())
+            .await
+            .unwrap(),
+    );
+    let lease = Duration::from_secs(60);
+    let kill = |d| Settlement::Dead {
+        delivery: d,
+        reason: "gave up".into(),
+        error: None,
+        handler_version: None,
+        key: None,
+        notice: None,
+    };
+    b.publish(
+        (0..DEAD)
+            .map(|i| NewMessage::new("q", i.to_string()))
+            .collect(),
+    )
+    .await
+    .unwrap();
+    let mut killed = 0;
+    while killed < DEAD {
+        let got = b.receive("q", 1000, lease, Flow::default()).await.unwrap();
+        killed += got.len();
+        b.settle(&got.into_iter().map(kill).collect::<Vec<_>>())
+            .await
+            .unwrap();
+    }
+    // Meanwhile, whatever the replay brings back dies again at once. (It
+    // failed before replays were bounded by the last dead letter at their
+    // start: 3,500 of the 5,000 had been moved twice.)
+    let done = Arc::new(AtomicBool::new(false));
+    let killer = tokio::spawn({
+        let (b, done) = (b.clone(), done.clone());
+        async move {
+            let mut again = 0;
+            while again == 0 || !done.load(Ordering::Relaxed) {
+                let got = b.receive("q", 500, lease, Flow::default()).await.unwrap();
+                again += got.len();
+                b.settle(&got.into_iter().map(kill).collect::<Vec<_>>())
+                    .await
+                    .unwrap();
+            }
+            again
+        }
+    });
+    let moved = b.replay("q", &ReplaySelector::default()).await.unwrap();
+    done.store(true, Ordering::Relaxed);
+    let again = killer.await.unwrap();
+    assert_eq!(moved, DEAD as u64, "{again} died again during the replay");
+}

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use redis::Value;
 
 use super::codec::{self, Entry};
-use super::conn::classify;
+use super::conn::{Conn, classify};
 use super::{QueueKeys, RedisBroker, key, scripts};
 use crate::broker::{DeadLetter, DeadLetters, ReplaySelector, Result};
 
@@ -45,13 +45,20 @@ impl DeadLetters for RedisBroker {
 
     async fn replay(&self, queue: &str, selector: &ReplaySelector) -> Result<u64> {
         let mut conn = self.conn.clone();
-        // The dead stream's entry ids are the times of death, so a cut-off
-        // is the end of the range.
-        let until = selector
-            .died_before_ms
-            .map_or_else(|| "+".to_string(), |ms| ms.to_string());
-        let max_redrives = selector.max_redrives.map_or(-1, i64::from);
         let keys = QueueKeys::new(queue);
+        // The dead stream's entry ids are the times of death, so a cut-off
+        // is the end of the range. The end is never past the last dead
+        // letter there is now: the replay moves a thousand at a time, and a
+        // message it moved may die again before it is over.
+        let Some(last) = last_entry(&mut conn, &keys.dead).await? else {
+            return Ok(0);
+        };
+        let last_ms = last.split('-').next().and_then(|ms| ms.parse::<u64>().ok());
+        let until = match selector.died_before_ms {
+            Some(ms) if last_ms.is_some_and(|last_ms| ms < last_ms) => ms.to_string(),
+            _ => last,
+        };
+        let max_redrives = selector.max_redrives.map_or(-1, i64::from);
         let mut after = "-".to_string();
         let mut moved = 0u64;
         loop {
@@ -143,4 +150,18 @@ impl RedisBroker {
             start = format!("({last}");
         }
     }
+}
+
+/// The id of the last entry of `stream`, if it has any.
+async fn last_entry(conn: &mut Conn, stream: &str) -> Result<Option<String>> {
+    let last: Vec<(String, Value)> = redis::cmd("XREVRANGE")
+        .arg(stream)
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(1)
+        .query_async(conn)
+        .await
+        .map_err(classify)?;
+    Ok(last.into_iter().next().map(|(id, _)| id))
 }
