@@ -137,7 +137,7 @@ async fn hosts_starting_at_once_make_the_schema_once_and_a_newer_schema_is_refus
     }
     assert_eq!(
         server.psql("SELECT version FROM sluice.schema_version"),
-        "1"
+        "2"
     );
     // A second start finds it made and changes nothing.
     broker(&server).await;
@@ -156,7 +156,123 @@ async fn hosts_starting_at_once_make_the_schema_once_and_a_newer_schema_is_refus
         .await
         .unwrap();
     assert_eq!(other.schema(), "jobs");
-    assert_eq!(server.psql("SELECT version FROM jobs.schema_version"), "1");
+    assert_eq!(server.psql("SELECT version FROM jobs.schema_version"), "2");
+}
+
+/// Version 1's definition of function `name`, from the file `sql` that
+/// made it, as a CREATE OR REPLACE.
+fn v1_function(sql: &str, name: &str) -> String {
+    let start = sql
+        .find(&format!("CREATE FUNCTION {name}("))
+        .unwrap_or_else(|| panic!("no function {name} in version 1's SQL"));
+    let end = start + sql[start..].find("\n$$;").unwrap() + "\n$$;".len();
+    sql[start..end].replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+}
+
+/// Turn the schema of `server` back into version 1's: what version 2
+/// (`queue_v2.sql`) changed, undone with version 1's own SQL, done as the
+/// broker's role, which owns the schema.
+fn back_to_version_1(server: &PgServer) {
+    let queue = include_str!("../../src/broker/postgres/queue.sql");
+    let groups = include_str!("../../src/broker/postgres/groups.sql");
+    let mut sql = String::from(
+        "SET ROLE sluice; SET search_path = sluice;
+         ALTER TABLE messages ADD CONSTRAINT messages_id_key UNIQUE (id);
+         DROP FUNCTION settle_each, settle_apply, receipt_rows, receipt_seq, new_receipt;
+         UPDATE schema_version SET version = 1;",
+    );
+    for (file, name) in [
+        (queue, "settle"),
+        (queue, "extend"),
+        (queue, "lease_limited"),
+        (groups, "rejoin"),
+    ] {
+        sql.push_str(&v1_function(file, name));
+        sql.push(';');
+    }
+    server.psql(&sql);
+}
+
+/// A database that a version 1 sluice made, with deliveries it leased, is
+/// upgraded in place by the next host that connects; those deliveries
+/// (their receipts do not name their rows) still extend and settle, fenced
+/// as before, and new ones lease and settle.
+#[tokio::test]
+async fn a_version_1_schema_is_upgraded_in_place_and_its_leases_still_settle() {
+    let server = PgServer::start();
+    let b = broker(&server).await;
+    b.publish(vec![
+        NewMessage::new("q", b"a".to_vec()),
+        NewMessage::new("q", b"b".to_vec()),
+    ])
+    .await
+    .unwrap();
+    back_to_version_1(&server);
+    // Leased as version 1 leases, before the upgrade.
+    server.psql(
+        "UPDATE sluice.messages SET leased = true, attempt = attempt + 1,
+                visible_at = sluice.now_ms() + 30000,
+                receipt = substr(md5(random()::text || seq::text), 1, 16)",
+    );
+    let rows = server.psql("SELECT id, receipt FROM sluice.messages ORDER BY seq");
+    let old: Vec<sluice::message::Delivery> = rows
+        .lines()
+        .map(|row| {
+            let (id, receipt) = row.split_once('|').unwrap();
+            let mut d = crate::support::delivery("q", 0, "");
+            (d.id, d.key, d.receipt) = (id.into(), id.into(), receipt.into());
+            d
+        })
+        .collect();
+    let b = broker(&server).await;
+    assert_eq!(
+        server.psql("SELECT version FROM sluice.schema_version"),
+        "2"
+    );
+    assert_eq!(
+        server.psql(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = 'sluice'
+             AND tablename = 'messages' AND indexdef LIKE '%(id)%'"
+        ),
+        "0",
+        "messages.id has no index of its own"
+    );
+    let lease_of = |d: &sluice::message::Delivery, receipt: &str| Lease {
+        id: d.id.clone(),
+        receipt: receipt.into(),
+        key: None,
+    };
+    let held = b
+        .extend(
+            "q",
+            &[lease_of(&old[0], &old[0].receipt), lease_of(&old[0], "1.x")],
+            lease(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(held, [true, false]);
+    let done = |d: &sluice::message::Delivery| Settlement::Done {
+        delivery: d.clone(),
+        key: Some((d.key.clone(), Duration::from_secs(60))),
+        publishes: Vec::new(),
+    };
+    let mut forged = old[1].clone();
+    forged.receipt = "not-its-receipt".into();
+    b.settle(&[done(&old[0]), done(&forged)]).await.unwrap();
+    assert_eq!(server.psql("SELECT done, lost FROM sluice.counters"), "1|1");
+    b.settle(&[done(&old[1])]).await.unwrap();
+    b.publish(vec![NewMessage::new("q", b"c".to_vec())])
+        .await
+        .unwrap();
+    let new = b.receive("q", 10, lease(), Flow::default()).await.unwrap();
+    assert_eq!(new.len(), 1);
+    b.settle(&[done(&new[0])]).await.unwrap();
+    assert_eq!(server.psql("SELECT count(*) FROM sluice.messages"), "0");
+    assert_eq!(server.psql("SELECT done, lost FROM sluice.counters"), "3|1");
+    assert_eq!(
+        server.psql("SELECT count(*) FROM sluice.keys WHERE done"),
+        "3"
+    );
 }
 
 #[tokio::test]

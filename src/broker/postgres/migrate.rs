@@ -13,15 +13,20 @@ use super::{dead, kv, presence, queue, schedules, topics};
 /// The schema version this build writes.
 pub(super) const VERSION: i32 = MIGRATIONS.len() as i32;
 
-/// The SQL of each version, the first one first: each role's part.
-const MIGRATIONS: &[&[&str]] = &[&[
-    queue::SCHEMA,
-    dead::SCHEMA,
-    presence::SCHEMA,
-    kv::SCHEMA,
-    topics::SCHEMA,
-    schedules::SCHEMA,
-]];
+/// The SQL of each version, the first one first: each role's part. A
+/// later version changes an earlier one's objects in place, so that a
+/// database made by any version reaches the same schema.
+const MIGRATIONS: &[&[&str]] = &[
+    &[
+        queue::SCHEMA,
+        dead::SCHEMA,
+        presence::SCHEMA,
+        kv::SCHEMA,
+        topics::SCHEMA,
+        schedules::SCHEMA,
+    ],
+    &[queue::SCHEMA_V2],
+];
 
 /// Create `schema` if it is missing and bring it up to [`VERSION`]. The
 /// connection's search path names `schema`.

@@ -13,10 +13,11 @@
 //! `migrate.rs` creates the schema and brings it up to this build's version
 //! under an advisory lock; the roles are one file each, as on the other
 //! backends, each with its part of the schema (`queue.rs` with
-//! `queue.sql`); `wake.rs` listens for the notifications that end an idle
-//! worker's wait, `vacuum.rs` keeps the churned tables small, `tls.rs`
-//! speaks TLS when the URL asks, and `in_transaction.rs` enqueues on the
-//! caller's own connection (`sluice::Client::publish_in`).
+//! `queue.sql`, and `queue_v2.sql`, what version 2 changed of it);
+//! `wake.rs` listens for the notifications that end an idle worker's wait,
+//! `vacuum.rs` keeps the churned tables small, `tls.rs` speaks TLS when
+//! the URL asks, and `in_transaction.rs` enqueues on the caller's own
+//! connection (`sluice::Client::publish_in`).
 //!
 //! Ordered groups and flow limits hold across all the hosts that share the
 //! database, as on the other backends, and the broker passes the whole
@@ -80,11 +81,15 @@ impl PgBroker {
             .connector()
             .map_err(|e| anyhow::anyhow!("broker URL {url:?}: {e}"))?;
         let options = config.get_options().unwrap_or_default().to_string();
-        // The schema first on the search path; and no NOTICEs (`IF NOT
+        // The schema first on the search path; no NOTICEs (`IF NOT
         // EXISTS` in migrations says "already exists, skipping"), which the
-        // client would log at info on every command line.
+        // client would log at info on every command line; and no JIT: the
+        // broker's statements touch a batch of rows each, and a planner
+        // estimate made on a table without statistics can cost a JIT
+        // compile of several hundred milliseconds per call.
         config.options(
-            format!("{options} -c search_path={schema} -c client_min_messages=warning").trim(),
+            format!("{options} -c search_path={schema} -c client_min_messages=warning -c jit=off")
+                .trim(),
         );
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);

@@ -20,13 +20,19 @@ use crate::message::{Delivery, NewMessage, new_id};
 /// groups' (`groups.rs`), which `enqueue` and `settle` call.
 pub(super) const SCHEMA: &str = concat!(include_str!("queue.sql"), include_str!("groups.sql"));
 
+/// Version 2: receipts that name their rows, so that `messages.id` needs
+/// no index, and `settle` on whole batches at once (`queue_v2.sql`).
+pub(super) const SCHEMA_V2: &str = include_str!("queue_v2.sql");
+
 /// Lease up to $2 due messages of queue $1 for $3 ms. A row whose lease
 /// ran out gets the lease-expired text ($4, with its attempt number in
 /// place of `u32::MAX`) as its last error. Each row comes back with the
-/// due time and row number it was picked by. (`lease_limited` in
-/// `queue.sql` leases the same way, for a queue with flow limits.) The
-/// clock is read once, as an init plan, so that the due time bounds the
-/// index scan instead of filtering every row of the queue.
+/// due time and row number it was picked by. Its receipt starts with that
+/// row number (`new_receipt`), which is how settling finds the row.
+/// (`lease_limited` in `queue_v2.sql` leases the same way, for a queue
+/// with flow limits.) The clock is read once, as an init plan, so that
+/// the due time bounds the index scan instead of filtering every row of
+/// the queue.
 const RECEIVE: &str = "
 WITH picked AS (
     SELECT seq, visible_at AS due, leased AS was_leased FROM messages
@@ -38,7 +44,7 @@ WITH picked AS (
 UPDATE messages m
 SET leased = true,
     visible_at = now_ms() + $3,
-    receipt = substr(md5(random()::text || m.seq::text), 1, 16),
+    receipt = new_receipt(m.seq),
     attempt = m.attempt + 1,
     last_error = CASE WHEN picked.was_leased
                       THEN replace($4, '4294967295', m.attempt::text)
