@@ -312,15 +312,10 @@ const BATCH_SIZE: usize = 64;
 /// that the batch drain meets the SQLite broker's own ceiling, which Redis
 /// sits far above.
 async fn bench_batches(runtime: &Runtime, messages: usize) {
-    batch_ratios(runtime, "sqlite", messages, async || {
-        let dir = tempfile::tempdir().unwrap().keep();
-        Arc::new(SqliteBroker::open(dir.join("bench.db")).unwrap()) as Arc<dyn Broker>
-    })
-    .await;
+    batch_ratios(runtime, "sqlite", messages, async || temp_sqlite()).await;
     let server = RedisProcess::start();
     batch_ratios(runtime, "redis", 2 * messages, async || {
-        server.flush().await;
-        Arc::new(RedisBroker::connect(&server.url).await.unwrap()) as Arc<dyn Broker>
+        server.fresh_broker().await
     })
     .await;
 }
@@ -357,6 +352,13 @@ async fn batch_ratios(
             rates[1] / rates[0]
         );
     }
+}
+
+/// A new SQLite broker in a temporary directory of its own, kept until the
+/// process ends.
+fn temp_sqlite() -> Arc<dyn Broker> {
+    let dir = tempfile::tempdir().unwrap().keep();
+    Arc::new(SqliteBroker::open(dir.join("bench.db")).unwrap())
 }
 
 /// How many ordered groups the `grouped` drains spread their messages over.
@@ -637,6 +639,12 @@ impl RedisProcess {
             url,
             _dir: dir,
         }
+    }
+
+    /// A broker on this server, emptied first.
+    async fn fresh_broker(&self) -> Arc<dyn Broker> {
+        self.flush().await;
+        Arc::new(RedisBroker::connect(&self.url).await.unwrap())
     }
 
     async fn flush(&self) {
@@ -1063,10 +1071,7 @@ fn main() {
                 defaults,
                 args.rounds,
                 ALL_MODES,
-                async || {
-                    let dir = tempfile::tempdir().unwrap().keep();
-                    Arc::new(SqliteBroker::open(dir.join("bench.db")).unwrap()) as Arc<dyn Broker>
-                },
+                async || temp_sqlite(),
             )
             .await;
         }
@@ -1103,10 +1108,7 @@ fn main() {
                 fast,
                 args.rounds,
                 ALL_MODES,
-                async || {
-                    server.flush().await;
-                    Arc::new(RedisBroker::connect(&server.url).await.unwrap()) as Arc<dyn Broker>
-                },
+                async || server.fresh_broker().await,
             )
             .await;
             REDIS_URL.with(|u| *u.borrow_mut() = None);
@@ -1333,22 +1335,14 @@ mod latency {
             concurrency: None,
             prefetch: None,
         };
-        on(runtime, "sqlite", defaults, async || {
-            let dir = tempfile::tempdir().unwrap().keep();
-            Arc::new(SqliteBroker::open(dir.join("bench.db")).unwrap()) as Arc<dyn Broker>
-        })
-        .await;
+        on(runtime, "sqlite", defaults, async || temp_sqlite()).await;
         let server = RedisProcess::start();
         REDIS_URL.with(|u| *u.borrow_mut() = Some(server.url.clone()));
         let fast = Settings {
             concurrency: Some(64),
             prefetch: Some(4096),
         };
-        on(runtime, "redis", fast, async || {
-            server.flush().await;
-            Arc::new(RedisBroker::connect(&server.url).await.unwrap()) as Arc<dyn Broker>
-        })
-        .await;
+        on(runtime, "redis", fast, async || server.fresh_broker().await).await;
         REDIS_URL.with(|u| *u.borrow_mut() = None);
     }
 }

@@ -55,7 +55,7 @@ pub async fn drains(runtime: &Runtime, args: &Args) {
     // The baselines, at the same number of messages.
     let redis = RedisProcess::start();
     let redis_reuse = one_reuse(runtime, "redis", n, FAST, async || {
-        Arc::new(RedisBroker::connect(&redis.url).await.unwrap()) as Arc<dyn Broker>
+        redis.fresh_broker().await
     })
     .await;
     let defaults = Settings {
@@ -63,8 +63,7 @@ pub async fn drains(runtime: &Runtime, args: &Args) {
         prefetch: None,
     };
     let sqlite_reuse = one_reuse(runtime, "sqlite", n, defaults, async || {
-        let dir = tempfile::tempdir().unwrap().keep();
-        Arc::new(SqliteBroker::open(dir.join("bench.db")).unwrap()) as Arc<dyn Broker>
+        super::temp_sqlite()
     })
     .await;
     println!(
