@@ -55,7 +55,8 @@ impl DeadLetters for RedisBroker {
         };
         let last_ms = last.split('-').next().and_then(|ms| ms.parse::<u64>().ok());
         let until = match selector.died_before_ms {
-            Some(ms) if last_ms.is_some_and(|last_ms| ms < last_ms) => ms.to_string(),
+            // The cut-off, unless the last dead letter died before it.
+            Some(ms) if last_ms.is_none_or(|last_ms| ms < last_ms) => ms.to_string(),
             _ => last,
         };
         let max_redrives = selector.max_redrives.map_or(-1, i64::from);
