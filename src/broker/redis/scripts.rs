@@ -639,22 +639,37 @@ return lost
 /// KEYS: stream, delayed, bodies, groups. ARGV: the prefix of the waiting
 /// lists, the consumer group, then for each message of an ordered group
 /// that a plain ack (see `settle_plain`) removes, its entry and its group.
-/// Each entry is acked here, and its group moves on (as in `SETTLE`) only
-/// if that ack took it out of the pending list: an ack written again after
-/// its reply was lost finds it gone and moves nothing on, so a group never
-/// has two messages out. Sent whole (`EVAL`) inside the ack's `MULTI`, so
-/// that both happen or neither even on a server that lost its script
-/// cache.
+/// The entries are acked here, and a group moves on (as in `SETTLE`) only
+/// if the ack took its entry out of the pending list: an ack written again
+/// after its reply was lost finds it gone and moves nothing on, so a group
+/// never has two messages out. One `XACK` takes them all; when it took
+/// fewer than there are, the ones it took are those still in the stream,
+/// as every ack of this broker deletes its entry in the same step (here the
+/// `XDEL` after this in the `MULTI`). Sent whole (`EVAL`) inside the ack's
+/// `MULTI`, so that both happen or neither even on a server that lost its
+/// script cache.
 pub static ADVANCE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{BASE}{GROUP_CORE}{}",
         r#"
+local S, group = KEYS[1], ARGV[2]
+local entries = {}
+for i = 3, #ARGV, 2 do entries[#entries + 1] = ARGV[i] end
+local acked = 0
+for from = 1, #entries, 1000 do
+  acked = acked + redis.call('XACK', S, group, unpack(entries, from, math.min(from + 999, #entries)))
+end
+if acked == 0 then return 0 end
 local now = server_now()
+local all, seen = acked == #entries, {}
 local n = 0
 for i = 3, #ARGV, 2 do
-  if redis.call('XACK', KEYS[1], ARGV[2], ARGV[i]) == 1 then
-    n = n + advance(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[i + 1], now)
+  local took = all
+  if not took and not seen[ARGV[i]] then
+    seen[ARGV[i]] = true
+    took = #redis.call('XRANGE', S, ARGV[i], ARGV[i]) == 1
   end
+  if took then n = n + advance(S, KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[i + 1], now) end
 end
 activated(KEYS[4], n)
 return n

@@ -308,6 +308,50 @@ pub async fn a_settlement_written_twice_moves_its_group_on_once(b: Arc<dyn Broke
     assert!(take(&*b, "q").await.is_empty(), "a4 waits behind a3");
 }
 
+/// A batch that repeats an ack already written, beside new ones and with
+/// one of them twice, moves each group on once: the new acks move theirs,
+/// the repeats move nothing.
+pub async fn a_batch_mixing_repeated_acks_moves_each_group_on_once(b: Arc<dyn Broker>) {
+    order(&*b, "q", false).await;
+    let all = ["a1", "a2", "a3", "b1", "b2", "b3", "c1", "c2", "c3"];
+    let msgs = all.iter().map(|p| member("q", &p[..1], p)).collect();
+    b.publish(msgs).await.unwrap();
+    // Acks with keys, as a host with idempotency on writes them.
+    let keyed = async |d: Delivery| {
+        let claim = KeyClaim {
+            key: format!("k-{}", String::from_utf8_lossy(&d.payload)),
+            holder: d.receipt.clone(),
+        };
+        let got = b.claim("q", std::slice::from_ref(&claim), LEASE).await;
+        assert_eq!(got.unwrap(), [ClaimState::Acquired]);
+        Settlement::Done {
+            delivery: d,
+            key: Some((claim.key, Duration::from_secs(60))),
+            publishes: vec![],
+        }
+    };
+    let mut firsts = take(&*b, "q").await.into_iter();
+    assert_eq!(payloads(firsts.as_slice()), ["a1", "b1", "c1"]);
+    let (a1, b1, c1) = (
+        firsts.next().unwrap(),
+        firsts.next().unwrap(),
+        firsts.next().unwrap(),
+    );
+    let (a1, b1, c1) = (keyed(a1).await, keyed(b1).await, keyed(c1).await);
+    settle(&*b, a1.clone()).await;
+    let got = take(&*b, "q").await;
+    assert_eq!(payloads(&got), ["a2"], "a1's ack moved its group on");
+    // a1 again (its reply lost), b1 once, c1 twice in one batch.
+    b.settle(&[a1, b1, c1.clone(), c1]).await.unwrap();
+    let got = take(&*b, "q").await;
+    assert_eq!(
+        payloads(&got),
+        ["b2", "c2"],
+        "one message of each group out"
+    );
+    assert!(take(&*b, "q").await.is_empty(), "a3, b3 and c3 wait");
+}
+
 /// A delayed message that waits behind its group keeps its due time: when
 /// its turn comes before that time, it waits for it (and holds its group
 /// meanwhile); when its turn comes after it, it is delivered at once.
@@ -359,6 +403,7 @@ on_every_backend!(broker:
     a_delayed_member_waits_for_its_turn_and_its_time,
     keyed_acks_move_their_groups_on,
     a_settlement_written_twice_moves_its_group_on_once,
+    a_batch_mixing_repeated_acks_moves_each_group_on_once,
     a_group_is_leased_one_message_at_a_time_in_order,
     a_dead_message_moves_its_group_on_or_blocks_it,
     held_publishes_join_their_group_and_dropping_the_ordering_frees_it,
