@@ -56,6 +56,11 @@ local function get_field(f, name)
   end
   return nil
 end
+-- Call f with the elements of list, at most 1,000 at a time: more than
+-- `unpack` can pass.
+local function in_chunks(list, f)
+  for from = 1, #list, 1000 do f(unpack(list, from, math.min(from + 999, #list))) end
+end
 -- Queue a body now (stream) or later (bodies hash + delayed set).
 local function enqueue(stream, delayed, bodies, id, fields, due, now)
   if due > now then
@@ -621,11 +626,10 @@ while i <= #ARGV do
     return redis.error_reply('unknown settlement kind ' .. tostring(kind))
   end
 end
-for from = 1, #removed_list, 1000 do
-  local to = math.min(from + 999, #removed_list)
-  redis.call('XACK', S, group, unpack(removed_list, from, to))
-  redis.call('XDEL', S, unpack(removed_list, from, to))
-end
+in_chunks(removed_list, function(...)
+  redis.call('XACK', S, group, ...)
+  redis.call('XDEL', S, ...)
+end)
 activated(G, moved_on)
 counts.lost = #lost
 for name, n in pairs(counts) do
@@ -656,9 +660,7 @@ local S, group = KEYS[1], ARGV[2]
 local entries = {}
 for i = 3, #ARGV, 2 do entries[#entries + 1] = ARGV[i] end
 local acked = 0
-for from = 1, #entries, 1000 do
-  acked = acked + redis.call('XACK', S, group, unpack(entries, from, math.min(from + 999, #entries)))
-end
+in_chunks(entries, function(...) acked = acked + redis.call('XACK', S, group, ...) end)
 if acked == 0 then return 0 end
 local now = server_now()
 local all, seen = acked == #entries, {}
