@@ -67,6 +67,24 @@ async fn settle(b: &dyn Broker, s: Settlement) {
     b.settle(&[s]).await.unwrap();
 }
 
+/// The ack of `d` with idempotency key `key`, as a host with idempotency
+/// on writes it: the key is claimed first, and must be free.
+async fn keyed_done(b: &dyn Broker, d: Delivery, key: &str) -> Settlement {
+    let claim = KeyClaim {
+        key: key.into(),
+        holder: d.receipt.clone(),
+    };
+    assert_eq!(
+        b.claim("q", &[claim], LEASE).await.unwrap(),
+        [ClaimState::Acquired]
+    );
+    Settlement::Done {
+        delivery: d,
+        key: Some((key.into(), Duration::from_secs(60))),
+        publishes: vec![],
+    }
+}
+
 fn done(delivery: Delivery) -> Settlement {
     Settlement::Done {
         delivery,
@@ -283,19 +301,7 @@ pub async fn a_settlement_written_twice_moves_its_group_on_once(b: Arc<dyn Broke
     .await
     .unwrap();
     let a1 = take(&*b, "q").await.pop().unwrap();
-    let claim = KeyClaim {
-        key: "k1".into(),
-        holder: a1.receipt.clone(),
-    };
-    assert_eq!(
-        b.claim("q", &[claim], LEASE).await.unwrap(),
-        [ClaimState::Acquired]
-    );
-    let keyed = Settlement::Done {
-        delivery: a1,
-        key: Some(("k1".into(), Duration::from_secs(60))),
-        publishes: vec![],
-    };
+    let keyed = keyed_done(&*b, a1, "k1").await;
     settle(&*b, keyed.clone()).await;
     settle(&*b, keyed).await;
     let got = take(&*b, "q").await;
@@ -316,28 +322,14 @@ pub async fn a_batch_mixing_repeated_acks_moves_each_group_on_once(b: Arc<dyn Br
     let all = ["a1", "a2", "a3", "b1", "b2", "b3", "c1", "c2", "c3"];
     let msgs = all.iter().map(|p| member("q", &p[..1], p)).collect();
     b.publish(msgs).await.unwrap();
-    // Acks with keys, as a host with idempotency on writes them.
-    let keyed = async |d: Delivery| {
-        let claim = KeyClaim {
-            key: format!("k-{}", String::from_utf8_lossy(&d.payload)),
-            holder: d.receipt.clone(),
-        };
-        let got = b.claim("q", std::slice::from_ref(&claim), LEASE).await;
-        assert_eq!(got.unwrap(), [ClaimState::Acquired]);
-        Settlement::Done {
-            delivery: d,
-            key: Some((claim.key, Duration::from_secs(60))),
-            publishes: vec![],
-        }
-    };
-    let mut firsts = take(&*b, "q").await.into_iter();
-    assert_eq!(payloads(firsts.as_slice()), ["a1", "b1", "c1"]);
-    let (a1, b1, c1) = (
-        firsts.next().unwrap(),
-        firsts.next().unwrap(),
-        firsts.next().unwrap(),
-    );
-    let (a1, b1, c1) = (keyed(a1).await, keyed(b1).await, keyed(c1).await);
+    let firsts = take(&*b, "q").await;
+    assert_eq!(payloads(&firsts), ["a1", "b1", "c1"]);
+    let mut acks = Vec::new();
+    for d in firsts {
+        let key = format!("k-{}", String::from_utf8_lossy(&d.payload));
+        acks.push(keyed_done(&*b, d, &key).await);
+    }
+    let [a1, b1, c1] = <[Settlement; 3]>::try_from(acks).unwrap();
     settle(&*b, a1.clone()).await;
     let got = take(&*b, "q").await;
     assert_eq!(payloads(&got), ["a2"], "a1's ack moved its group on");
