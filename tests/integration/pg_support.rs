@@ -476,16 +476,23 @@ impl PgServer {
         cmd
     }
 
-    fn log_len(&self) -> usize {
+    /// The server log's length now: an offset for [`PgServer::log_since`].
+    pub fn log_len(&self) -> usize {
         std::fs::read(self.log_path()).map_or(0, |log| log.len())
+    }
+
+    /// What the server logged after the log's first `offset` bytes.
+    pub fn log_since(&self, offset: usize) -> String {
+        std::fs::read(self.log_path()).map_or_else(
+            |_| String::new(),
+            |log| String::from_utf8_lossy(log.get(offset..).unwrap_or_default()).into_owned(),
+        )
     }
 
     /// Whether the log got a line containing `needle` after its first
     /// `offset` bytes.
     fn logged_since(&self, offset: usize, needle: &str) -> bool {
-        std::fs::read(self.log_path()).is_ok_and(|log| {
-            String::from_utf8_lossy(log.get(offset..).unwrap_or_default()).contains(needle)
-        })
+        self.log_since(offset).contains(needle)
     }
 
     /// The last 40 lines of the server log: where PostgreSQL says why it

@@ -137,7 +137,7 @@ async fn hosts_starting_at_once_make_the_schema_once_and_a_newer_schema_is_refus
     }
     assert_eq!(
         server.psql("SELECT version FROM sluice.schema_version"),
-        "2"
+        "3"
     );
     // A second start finds it made and changes nothing.
     broker(&server).await;
@@ -156,7 +156,7 @@ async fn hosts_starting_at_once_make_the_schema_once_and_a_newer_schema_is_refus
         .await
         .unwrap();
     assert_eq!(other.schema(), "jobs");
-    assert_eq!(server.psql("SELECT version FROM jobs.schema_version"), "2");
+    assert_eq!(server.psql("SELECT version FROM jobs.schema_version"), "3");
 }
 
 /// Version 1's definition of function `name`, from the file `sql` that
@@ -169,16 +169,17 @@ fn v1_function(sql: &str, name: &str) -> String {
     sql[start..end].replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
 }
 
-/// Turn the schema of `server` back into version 1's: what version 2
-/// (`queue_v2.sql`) changed, undone with version 1's own SQL, done as the
-/// broker's role, which owns the schema.
+/// Turn the schema of `server` back into version 1's: what versions 2 and
+/// 3 (`queue_v2.sql`, `queue_v3.sql`) changed, undone with version 1's own
+/// SQL, done as the broker's role, which owns the schema.
 fn back_to_version_1(server: &PgServer) {
     let queue = include_str!("../../src/broker/postgres/queue.sql");
     let groups = include_str!("../../src/broker/postgres/groups.sql");
     let mut sql = String::from(
         "SET ROLE sluice; SET search_path = sluice;
          ALTER TABLE messages ADD CONSTRAINT messages_id_key UNIQUE (id);
-         DROP FUNCTION settle_each, settle_apply, receipt_rows, receipt_seq, new_receipt;
+         DROP FUNCTION settle_each, settle_apply, receipt_rows, receipt_seq, new_receipt,
+                       lease_due;
          UPDATE schema_version SET version = 1;",
     );
     for (file, name) in [
@@ -227,7 +228,7 @@ async fn a_version_1_schema_is_upgraded_in_place_and_its_leases_still_settle() {
     let b = broker(&server).await;
     assert_eq!(
         server.psql("SELECT version FROM sluice.schema_version"),
-        "2"
+        "3"
     );
     assert_eq!(
         server.psql(
@@ -544,6 +545,66 @@ async fn a_busy_broker_vacuums_its_messages_table() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(server.psql("SELECT count(*) FROM sluice.messages"), "0");
+}
+
+/// What `auto_explain` logs for the statements inside `call`, run once in
+/// a session of its own on `server`.
+fn nested_plans(server: &PgServer, call: &str) -> String {
+    let offset = server.log_len();
+    server.psql(&format!(
+        "LOAD 'auto_explain';
+         SET auto_explain.log_min_duration = 0;
+         SET auto_explain.log_nested_statements = on;
+         {call}"
+    ));
+    server.log_since(offset)
+}
+
+/// A backlog published in a burst has no statistics until autovacuum
+/// analyzes it, and stale ones after. Either way, receiving walks
+/// `messages_due` in order and finds each picked row by its primary key:
+/// no plan that reads, sorts or hashes the whole backlog to lease a few of
+/// its messages, which made each receive cost time in proportion to the
+/// backlog. Plain and flow-limited receives alike.
+#[tokio::test]
+async fn receiving_from_a_big_backlog_walks_the_due_index_with_or_without_statistics() {
+    let server = PgServer::start();
+    let b = broker(&server).await;
+    for batch in 0..20 {
+        b.publish(
+            (0..1000)
+                .map(|i| NewMessage::new("q", format!("{batch}.{i}")))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    }
+    let receives = [
+        "SELECT count(*) FROM sluice.lease_due('q', 100, 30000, 'x')",
+        "SELECT count(*) FROM sluice.lease_limited('q', 100, 30000, 'x', 1000, NULL, NULL)",
+    ];
+    for statistics in ["none", "fresh"] {
+        if statistics == "fresh" {
+            server.psql("ANALYZE sluice.messages");
+        }
+        for call in receives {
+            let plans = nested_plans(&server, call);
+            assert!(
+                plans.contains("Index Scan using messages_due on messages"),
+                "{call} with {statistics} statistics does not walk messages_due:\n{plans}"
+            );
+            for whole in ["Sort", "Bitmap Heap Scan", "Seq Scan on messages", "Hash"] {
+                assert!(
+                    !plans.contains(whole),
+                    "{call} with {statistics} statistics plans a {whole}:\n{plans}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        server.psql("SELECT count(*) FROM sluice.messages WHERE leased"),
+        "400"
+    );
 }
 
 /// Expired idempotency keys do not pile up: each claim deletes up to twice

@@ -26,6 +26,7 @@ const MIGRATIONS: &[&[&str]] = &[
         schedules::SCHEMA,
     ],
     &[queue::SCHEMA_V2],
+    &[queue::SCHEMA_V3],
 ];
 
 /// Create `schema` if it is missing and bring it up to [`VERSION`]. The

@@ -24,35 +24,18 @@ pub(super) const SCHEMA: &str = concat!(include_str!("queue.sql"), include_str!(
 /// no index, and `settle` on whole batches at once (`queue_v2.sql`).
 pub(super) const SCHEMA_V2: &str = include_str!("queue_v2.sql");
 
-/// Lease up to $2 due messages of queue $1 for $3 ms. A row whose lease
-/// ran out gets the lease-expired text ($4, with its attempt number in
-/// place of `u32::MAX`) as its last error. Each row comes back with the
-/// due time and row number it was picked by. Its receipt starts with that
-/// row number (`new_receipt`), which is how settling finds the row.
-/// (`lease_limited` in `queue_v2.sql` leases the same way, for a queue
-/// with flow limits.) The clock is read once, as an init plan, so that
-/// the due time bounds the index scan instead of filtering every row of
-/// the queue.
-const RECEIVE: &str = "
-WITH picked AS (
-    SELECT seq, visible_at AS due, leased AS was_leased FROM messages
-    WHERE queue = $1 AND visible_at <= (SELECT now_ms())
-    ORDER BY visible_at, seq
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE messages m
-SET leased = true,
-    visible_at = now_ms() + $3,
-    receipt = new_receipt(m.seq),
-    attempt = m.attempt + 1,
-    last_error = CASE WHEN picked.was_leased
-                      THEN replace($4, '4294967295', m.attempt::text)
-                      ELSE m.last_error END
-FROM picked
-WHERE m.seq = picked.seq
-RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.enqueued_at, m.last_error,
-          m.receipt, m.visible_at, m.grp, m.snoozes, picked.due, m.seq";
+/// Version 3: receiving keeps to the `messages_due` index whatever the
+/// planner's statistics say (`queue_v3.sql`).
+pub(super) const SCHEMA_V3: &str = include_str!("queue_v3.sql");
+
+/// Lease up to $2 due messages of queue $1 for $3 ms, with `lease_due`
+/// (`queue_v3.sql`). A row whose lease ran out gets the lease-expired text
+/// ($4, with its attempt number in place of `u32::MAX`) as its last error.
+/// Each row comes back with the due time and row number it was picked by.
+/// Its receipt starts with that row number (`new_receipt`), which is how
+/// settling finds the row. (`lease_limited` leases the same way, for a
+/// queue with flow limits.)
+const RECEIVE: &str = "SELECT * FROM lease_due($1, $2, $3, $4)";
 
 #[async_trait]
 impl Queue for PgBroker {
