@@ -183,6 +183,7 @@ fn back_to_version_1(server: &PgServer) {
          UPDATE schema_version SET version = 1;",
     );
     for (file, name) in [
+        (queue, "claim"),
         (queue, "settle"),
         (queue, "extend"),
         (queue, "lease_limited"),
@@ -547,17 +548,17 @@ async fn a_busy_broker_vacuums_its_messages_table() {
     assert_eq!(server.psql("SELECT count(*) FROM sluice.messages"), "0");
 }
 
-/// What `auto_explain` logs for the statements inside `call`, run once in
-/// a session of its own on `server`.
-fn nested_plans(server: &PgServer, call: &str) -> String {
+/// What `call` returns and the plans `auto_explain` logs for the
+/// statements inside it, run once in a session of its own on `server`.
+fn nested_plans(server: &PgServer, call: &str) -> (String, String) {
     let offset = server.log_len();
-    server.psql(&format!(
+    let out = server.psql(&format!(
         "LOAD 'auto_explain';
          SET auto_explain.log_min_duration = 0;
          SET auto_explain.log_nested_statements = on;
          {call}"
     ));
-    server.log_since(offset)
+    (out, server.log_since(offset))
 }
 
 /// A backlog published in a burst has no statistics until autovacuum
@@ -588,7 +589,7 @@ async fn receiving_from_a_big_backlog_walks_the_due_index_with_or_without_statis
             server.psql("ANALYZE sluice.messages");
         }
         for call in receives {
-            let plans = nested_plans(&server, call);
+            let (_, plans) = nested_plans(&server, call);
             assert!(
                 plans.contains("Index Scan using messages_due on messages"),
                 "{call} with {statistics} statistics does not walk messages_due:\n{plans}"
@@ -605,6 +606,41 @@ async fn receiving_from_a_big_backlog_walks_the_due_index_with_or_without_statis
         server.psql("SELECT count(*) FROM sluice.messages WHERE leased"),
         "400"
     );
+}
+
+/// The keys table keeps done keys for their retention, so it grows far
+/// beyond the keys in flight. A claim reads each key's state by its primary
+/// key: no plan that scans every key of the queue to hash them, which made
+/// each claim read the whole table.
+#[tokio::test]
+async fn a_claim_beside_many_done_keys_reads_each_key_by_its_primary_key() {
+    let server = PgServer::start();
+    broker(&server).await;
+    server.psql(
+        "INSERT INTO sluice.keys (queue, key, done, holder, expires_at)
+         SELECT 'q', 'old-' || g, true, 'h', sluice.now_ms() + 86400000
+         FROM generate_series(1, 20000) AS g",
+    );
+    // One key done already, 998 new ones, and the first new one again.
+    let (states, plans) = nested_plans(
+        &server,
+        "SELECT s, count(*) FROM unnest(sluice.claim('q',
+             ARRAY['old-1'] || ARRAY(SELECT 'new-' || g FROM generate_series(1, 998) AS g)
+                 || ARRAY['new-1'],
+             ARRAY(SELECT 'h' || g FROM generate_series(1, 1000) AS g), 30000)) AS s
+         GROUP BY s ORDER BY s",
+    );
+    assert_eq!(states, "0|998\n1|1\n2|1");
+    assert!(
+        plans.contains("Index Scan using keys_pkey on keys cur"),
+        "the claim does not look each key up:\n{plans}"
+    );
+    for whole in ["Bitmap Heap Scan on keys cur", "Seq Scan on keys cur"] {
+        assert!(
+            !plans.contains(whole),
+            "the claim plans a {whole}:\n{plans}"
+        );
+    }
 }
 
 /// Expired idempotency keys do not pile up: each claim deletes up to twice

@@ -1,5 +1,6 @@
 -- Version 3 of the queue role's schema, over version 2: receiving keeps
--- to the messages_due index, whatever the planner's statistics say.
+-- to the messages_due index, and claiming keys to the keys' primary key,
+-- whatever the planner's statistics say.
 --
 -- A queue filled faster than autovacuum analyzes it (a backlog published
 -- in a burst) has no statistics, or stale ones. The planner then chose to
@@ -12,8 +13,8 @@
 -- functions turn the other plans off for their own statements (the
 -- planner still takes one when nothing else is possible).
 
--- Lease up to want due messages of queue q for lease_ms ms, as queue.rs's
--- RECEIVE describes (that statement, in a function).
+-- Lease up to want due messages of queue q for lease_ms ms: the statement
+-- queue.rs's RECEIVE sent before, which says what comes back.
 CREATE FUNCTION lease_due(q text, want bigint, lease_ms bigint, expired text)
 RETURNS TABLE (r_id text, r_key text, r_payload bytea, r_headers text, r_attempt integer,
                r_enqueued_at bigint, r_last_error text, r_receipt text, r_visible_at bigint,
@@ -48,3 +49,38 @@ ALTER FUNCTION lease_limited(text, bigint, bigint, text, bigint, double precisio
                              double precision)
   SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off
   SET enable_hashjoin = off SET enable_mergejoin = off;
+
+-- claim as in version 1, but each key's state is read by its primary key,
+-- one lookup per claimed key. Version 1 joined the claimed keys with
+-- `keys`, which the planner could (and, with a few thousand keys kept
+-- done for their retention, did) plan as a bitmap scan of every key of
+-- the queue, hashed: each claim then read the whole table.
+CREATE OR REPLACE FUNCTION claim(q text, ks text[], holders text[], lease_ms bigint) RETURNS int[]
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  now bigint := now_ms();
+  out int[];
+BEGIN
+  DELETE FROM keys WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM keys WHERE expires_at <= now ORDER BY expires_at
+    LIMIT 2 * coalesce(array_length(ks, 1), 0) FOR UPDATE SKIP LOCKED));
+  WITH c AS (
+    SELECT c.k, c.holder, c.i, row_number() OVER w AS nth, first_value(c.holder) OVER w AS first
+    FROM unnest(ks, holders) WITH ORDINALITY AS c(k, holder, i)
+    WINDOW w AS (PARTITION BY c.k ORDER BY c.i)
+  ), taken AS (
+    INSERT INTO keys AS t (queue, key, done, holder, expires_at)
+    SELECT q, c.k, false, c.holder, now + lease_ms FROM c WHERE c.nth = 1
+    ON CONFLICT (queue, key) DO UPDATE
+      SET done = false, holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+      WHERE t.expires_at <= now OR (NOT t.done AND t.holder = EXCLUDED.holder)
+    RETURNING t.key
+  )
+  SELECT array_agg(CASE WHEN taken.key IS NOT NULL AND c.holder = c.first THEN 0
+                        WHEN (SELECT cur.done FROM keys cur WHERE cur.queue = q AND cur.key = c.k)
+                        THEN 1 ELSE 2 END ORDER BY c.i)
+    INTO out
+    FROM c LEFT JOIN taken ON taken.key = c.k;
+  RETURN coalesce(out, '{}');
+END
+$$;
