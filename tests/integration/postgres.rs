@@ -137,7 +137,7 @@ async fn hosts_starting_at_once_make_the_schema_once_and_a_newer_schema_is_refus
     }
     assert_eq!(
         server.psql("SELECT version FROM sluice.schema_version"),
-        "3"
+        "4"
     );
     // A second start finds it made and changes nothing.
     broker(&server).await;
@@ -156,7 +156,7 @@ async fn hosts_starting_at_once_make_the_schema_once_and_a_newer_schema_is_refus
         .await
         .unwrap();
     assert_eq!(other.schema(), "jobs");
-    assert_eq!(server.psql("SELECT version FROM jobs.schema_version"), "3");
+    assert_eq!(server.psql("SELECT version FROM jobs.schema_version"), "4");
 }
 
 /// Version 1's definition of function `name`, from the file `sql` that
@@ -229,8 +229,11 @@ async fn a_version_1_schema_is_upgraded_in_place_and_its_leases_still_settle() {
     let b = broker(&server).await;
     assert_eq!(
         server.psql("SELECT version FROM sluice.schema_version"),
-        "3"
+        "4"
     );
+    // Version 1's functions, made again by the upgrade, plan each call for
+    // its batch too.
+    assert_eq!(batch_functions_planned_per_call(&server), BATCH_FUNCTIONS);
     assert_eq!(
         server.psql(
             "SELECT count(*) FROM pg_indexes WHERE schemaname = 'sluice'
@@ -641,6 +644,84 @@ async fn a_claim_beside_many_done_keys_reads_each_key_by_its_primary_key() {
             "the claim plans a {whole}:\n{plans}"
         );
     }
+}
+
+/// PostgreSQL plans a statement of a PL/pgSQL function afresh for its
+/// first five calls in a session, then may keep one generic plan, made
+/// without the arguments. For the broker's batch functions that plan
+/// assumes an array of ten elements, so it joins the rows of a batch of
+/// a thousand each with each, and every settle after the fifth on a
+/// connection cost time in proportion to the square of its batch. The
+/// batch functions plan each call with its own arguments.
+#[tokio::test]
+async fn the_sixth_settle_on_a_connection_plans_for_its_batch_as_the_first_did() {
+    let server = PgServer::start();
+    let b = broker(&server).await;
+    const ROUNDS: usize = 7;
+    const BATCH: usize = 500;
+    for round in 0..ROUNDS {
+        b.publish(
+            (0..BATCH)
+                .map(|i| NewMessage::new("q", format!("{round}.{i}")))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    }
+    // Each round leases a batch, takes its keys and settles it done, as a
+    // worker does, all in one session.
+    let (done, plans) = nested_plans(
+        &server,
+        &format!(
+            "DO $$
+             DECLARE ids text[]; receipts text[]; n int;
+             BEGIN
+               FOR round IN 1..{ROUNDS} LOOP
+                 SELECT array_agg(r_id), array_agg(r_receipt) INTO ids, receipts
+                 FROM sluice.lease_due('q', {BATCH}, 30000, 'x');
+                 n := array_length(ids, 1);
+                 PERFORM sluice.claim('q', ids, receipts, 30000);
+                 PERFORM sluice.settle(array_fill('D'::text, ARRAY[n]), ids, receipts,
+                   array_fill('q'::text, ARRAY[n]), ids, array_fill(86400000::bigint, ARRAY[n]),
+                   array_fill(0::bigint, ARRAY[n]), array_fill(NULL::text, ARRAY[n]),
+                   array_fill(NULL::text, ARRAY[n]), array_fill('v'::text, ARRAY[n]),
+                   array_fill(1, ARRAY[n]), '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}');
+               END LOOP;
+             END $$;
+             SELECT done FROM sluice.counters WHERE queue = 'q'"
+        ),
+    );
+    assert_eq!(done, (ROUNDS * BATCH).to_string());
+    // The statements over the whole batch: settle_apply's (its rows are
+    // `s_1`) and claim's (`c_1`), one plan a round each.
+    for scan in ["Function Scan on s_1 ", "Function Scan on c_1 "] {
+        let estimates: Vec<&str> = plans
+            .lines()
+            .filter(|l| l.contains(scan))
+            .map(|l| l.split("rows=").nth(1).unwrap_or(l))
+            .collect();
+        assert_eq!(estimates.len(), ROUNDS, "{scan}in every round:\n{plans}");
+        assert!(
+            estimates
+                .iter()
+                .all(|e| e.starts_with(&format!("{BATCH} "))),
+            "a round planned {scan}for another batch than its own {BATCH} rows: {estimates:?}"
+        );
+    }
+    assert_eq!(batch_functions_planned_per_call(&server), BATCH_FUNCTIONS);
+}
+
+/// The functions that take a batch as arrays (`queue_v4.sql`).
+const BATCH_FUNCTIONS: &str = "claim,enqueue,enqueue_grouped,extend,groups_left,settle,\
+                               settle_apply,settle_each,unblock";
+
+/// The broker's functions that plan every call for its own arguments.
+fn batch_functions_planned_per_call(server: &PgServer) -> String {
+    server.psql(
+        "SELECT string_agg(proname, ',' ORDER BY proname) FROM pg_proc
+         WHERE pronamespace = 'sluice'::regnamespace
+           AND 'plan_cache_mode=force_custom_plan' = ANY(proconfig)",
+    )
 }
 
 /// Expired idempotency keys do not pile up: each claim deletes up to twice

@@ -27,6 +27,7 @@ const MIGRATIONS: &[&[&str]] = &[
     ],
     &[queue::SCHEMA_V2],
     &[queue::SCHEMA_V3],
+    &[queue::SCHEMA_V4],
 ];
 
 /// Create `schema` if it is missing and bring it up to [`VERSION`]. The

@@ -28,6 +28,11 @@ pub(super) const SCHEMA_V2: &str = include_str!("queue_v2.sql");
 /// planner's statistics say (`queue_v3.sql`).
 pub(super) const SCHEMA_V3: &str = include_str!("queue_v3.sql");
 
+/// Version 4: the functions that take a batch as arrays plan each call for
+/// its own batch, not with a generic plan made for ten rows
+/// (`queue_v4.sql`).
+pub(super) const SCHEMA_V4: &str = include_str!("queue_v4.sql");
+
 /// Lease up to $2 due messages of queue $1 for $3 ms, with `lease_due`
 /// (`queue_v3.sql`). A row whose lease ran out gets the lease-expired text
 /// ($4, with its attempt number in place of `u32::MAX`) as its last error.
