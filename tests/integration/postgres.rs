@@ -711,9 +711,8 @@ async fn the_sixth_settle_on_a_connection_plans_for_its_batch_as_the_first_did()
     assert_eq!(batch_functions_planned_per_call(&server), BATCH_FUNCTIONS);
 }
 
-/// The functions that take a batch as arrays (`queue_v4.sql`).
-const BATCH_FUNCTIONS: &str = "claim,enqueue,enqueue_grouped,extend,groups_left,settle,\
-                               settle_apply,settle_each,unblock";
+/// The functions the broker calls with whole batches (`queue_v4.sql`).
+const BATCH_FUNCTIONS: &str = "claim,extend,groups_left,settle,settle_apply,settle_each,unblock";
 
 /// The broker's functions that plan every call for its own arguments.
 fn batch_functions_planned_per_call(server: &PgServer) -> String {

@@ -28,8 +28,8 @@ pub(super) const SCHEMA_V2: &str = include_str!("queue_v2.sql");
 /// planner's statistics say (`queue_v3.sql`).
 pub(super) const SCHEMA_V3: &str = include_str!("queue_v3.sql");
 
-/// Version 4: the functions that take a batch as arrays plan each call for
-/// its own batch, not with a generic plan made for ten rows
+/// Version 4: the functions the broker calls with whole batches plan each
+/// call for its own batch, not with a generic plan made for ten rows
 /// (`queue_v4.sql`).
 pub(super) const SCHEMA_V4: &str = include_str!("queue_v4.sql");
 
