@@ -649,9 +649,10 @@ async fn a_claim_beside_many_done_keys_reads_each_key_by_its_primary_key() {
 /// PostgreSQL plans a statement of a PL/pgSQL function afresh for its
 /// first five calls in a session, then may keep one generic plan, made
 /// without the arguments. For the broker's batch functions that plan
-/// assumes an array of ten elements, so it joins the rows of a batch of
-/// a thousand each with each, and every settle after the fifth on a
-/// connection cost time in proportion to the square of its batch. The
+/// assumes an array of ten elements, and may join the rows of a batch of
+/// a thousand each with each, as it did in a long drain, where every
+/// settle after the fifth on a connection cost time in proportion to the
+/// square of its batch. The
 /// batch functions plan each call with its own arguments.
 #[tokio::test]
 async fn the_sixth_settle_on_a_connection_plans_for_its_batch_as_the_first_did() {

@@ -12,8 +12,8 @@
 -- fifth on a broker connection cost time in proportion to the square of
 -- its batch, and a drain slowed down once each connection of the pool had
 -- settled five times (a 50,000-message drain hardly did; one of 200,000
--- ran at a third of its first seconds' rate). A plan made for the call's
--- own arguments costs a few hundred microseconds a batch.
+-- ran at a third of the rate it has with this version). A plan made for
+-- the call's own arguments costs a few hundred microseconds a batch.
 --
 -- enqueue and enqueue_grouped keep the generic plans: publish() calls them
 -- with one message from an application's own transaction, where planning
