@@ -33,6 +33,10 @@ pub(super) const SCHEMA_V3: &str = include_str!("queue_v3.sql");
 /// (`queue_v4.sql`).
 pub(super) const SCHEMA_V4: &str = include_str!("queue_v4.sql");
 
+/// Version 5: a queue with `max_in_flight` counts its leases on an index of
+/// the leased rows, not through its delayed ones (`queue_v5.sql`).
+pub(super) const SCHEMA_V5: &str = include_str!("queue_v5.sql");
+
 /// Lease up to $2 due messages of queue $1 for $3 ms, with `lease_due`
 /// (`queue_v3.sql`). A row whose lease ran out gets the lease-expired text
 /// ($4, with its attempt number in place of `u32::MAX`) as its last error.

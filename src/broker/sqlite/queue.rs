@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS messages (
     snoozes     INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS messages_due ON messages (queue, visible_at);
+CREATE INDEX IF NOT EXISTS messages_leased ON messages (queue, visible_at) WHERE leased = 1;
 CREATE TABLE IF NOT EXISTS keys (
     queue      TEXT NOT NULL,
     key        TEXT NOT NULL,
@@ -244,6 +245,15 @@ fn receive(
     Ok(out)
 }
 
+/// The leases of queue ?1 that have not run out by ?2. Counted on
+/// `messages_leased`, which holds the leased rows alone: `messages_due`
+/// also holds every delayed message (a retry waiting out its backoff, a
+/// message published with a delay), and counting there looked each of them
+/// up, so each receive of a queue with `max_in_flight` cost time in
+/// proportion to its delayed messages.
+const LEASED_NOW: &str =
+    "SELECT count(*) FROM messages WHERE queue = ?1 AND leased = 1 AND visible_at > ?2";
+
 /// How many of `max` leases `flow` allows now: no more than
 /// `max_in_flight` leased at once (leases that ran out do not count), nor
 /// more than the whole tokens in the queue's rate bucket, refilled for the
@@ -260,9 +270,7 @@ fn allowed(
     let mut max = max;
     if let Some(limit) = flow.max_in_flight {
         let leased: i64 = conn
-            .prepare_cached(
-                "SELECT count(*) FROM messages WHERE queue = ?1 AND leased = 1 AND visible_at > ?2",
-            )
+            .prepare_cached(LEASED_NOW)
             .and_then(|mut s| s.query_row(params![queue, now as i64], |r| r.get(0)))
             .map_err(classify)?;
         max = max.min((i64::from(limit) - leased).max(0) as usize);
@@ -766,5 +774,54 @@ mod fuzz {
             prop_assert_eq!(&got[0].headers, &headers);
             prop_assert_eq!(&got[0].key, key.as_ref().unwrap_or(&ids[0]));
         }
+    }
+}
+
+#[cfg(test)]
+mod flow {
+    use super::*;
+
+    /// A queue with `max_in_flight` counts its leases on `messages_leased`:
+    /// however many of its messages are delayed, counting reads only the
+    /// leased ones (SQLite's own count of the statement's steps says so),
+    /// and the limit holds as before.
+    #[test]
+    fn counting_the_leases_of_a_queue_reads_none_of_its_delayed_messages() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = super::super::open_connection(&dir.path().join("f.db")).unwrap();
+        let now = now_ms();
+        let mut later = NewMessage::new("q", b"later".to_vec());
+        later.delay = Duration::from_secs(3600);
+        insert_messages(&conn, &vec![later; 20_000], now).unwrap();
+        insert_messages(&conn, &vec![NewMessage::new("q", b"now".to_vec()); 10], now).unwrap();
+        let limited = Flow {
+            max_in_flight: Some(5),
+            rate: None,
+        };
+        let lease = Duration::from_secs(60);
+        assert_eq!(receive(&conn, "q", 10, lease, limited).unwrap().len(), 5);
+        assert!(receive(&conn, "q", 10, lease, limited).unwrap().is_empty());
+
+        let mut count = conn.prepare(LEASED_NOW).unwrap();
+        let leased: i64 = count
+            .query_row(params!["q", now_ms() as i64], |r| r.get(0))
+            .unwrap();
+        assert_eq!(leased, 5);
+        let steps = count.get_status(rusqlite::StatementStatus::VmStep);
+        assert!(
+            steps < 200,
+            "counting 5 leases beside 20,000 delayed messages took {steps} steps"
+        );
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {LEASED_NOW}"))
+            .unwrap()
+            .query_map(params!["q", 0], |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(
+            plan.iter().any(|step| step.contains("messages_leased")),
+            "{plan:?}"
+        );
     }
 }
