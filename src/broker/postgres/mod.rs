@@ -13,8 +13,8 @@
 //! `migrate.rs` creates the schema and brings it up to this build's version
 //! under an advisory lock; the roles are one file each, as on the other
 //! backends, each with its part of the schema (`queue.rs` with
-//! `queue.sql`, and `queue_v2.sql` to `queue_v4.sql`, what versions 2
-//! to 4 changed of it);
+//! `queue.sql`, and `queue_v2.sql` to `queue_v5.sql`, what versions 2
+//! to 5 changed of it);
 //! `wake.rs` listens for the notifications that end an idle worker's wait,
 //! `vacuum.rs` keeps the churned tables small, `tls.rs` speaks TLS when
 //! the URL asks, and `in_transaction.rs` enqueues on the caller's own
