@@ -255,7 +255,7 @@ const LEASED_NOW: &str =
 /// each of them up, so each receive of a queue with `max_in_flight` cost
 /// time in proportion to its delayed messages. Every lease adds an entry
 /// and every settle takes one out, which cost the native drain of the
-/// benchmark harness about 7% (2 µs of the broker thread a message), so a
+/// benchmark harness about 7% (about 2 µs more CPU a message), so a
 /// file gets the index only when one of its queues is first received with
 /// `max_in_flight`, and keeps it.
 const LEASED_INDEX: &str =
