@@ -9,9 +9,9 @@
 -- every receive of such a queue cost time in proportion to its delayed
 -- messages, holding the queue's flow row meanwhile: with 200,000 messages
 -- delayed by an hour, a limited receive of 5 took 28 to 40 ms, against
--- 0.6 ms without the limit (0.7 to 1.1 ms with this index). The count's `m.leased` implies this index's
--- predicate, so the planner counts on it, and a receive reads no more rows
--- than the queue has leased.
+-- 0.6 ms without the limit (0.7 to 1.1 ms with this index). The count's
+-- `m.leased` implies this index's predicate, so the planner counts on it,
+-- and a receive reads no more rows than the queue has leased.
 --
 -- Each lease adds an entry to this index, for every queue (a retry or
 -- snooze takes the row out of its predicate, a settle deletes the row).
