@@ -35,6 +35,8 @@ use tokio::sync::watch;
 
 // The test suite's PostgreSQL servers: initdb into a temporary directory,
 // run as the `postgres` user when this is root.
+#[path = "sluice/limited.rs"]
+mod limited;
 #[allow(dead_code)]
 #[path = "../tests/integration/pg_support.rs"]
 mod pg_support;
@@ -1118,6 +1120,9 @@ fn main() {
         }
         if run("bloat") {
             postgres::bloat(&runtime).await;
+        }
+        if run("limited") {
+            limited::bench().await;
         }
         // Last: it installs a global tracing subscriber.
         if run("reload") {
