@@ -8,10 +8,11 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{Env, lines_with, repo_root};
+use crate::support::{Env, lines_with, repo_root, run_with_deadline};
 
 /// Where the compiled components of every test run are cached, so each
 /// language's components are compiled once per build, not once per test.
@@ -394,8 +395,9 @@ fn c_examples() {
 /// Fresh mode keeps nothing from one message to the next: `hello` counts
 /// its instance's calls in a global, and every message of a fresh handler
 /// sees 1, in every language. The same handler in reuse mode counts up, so
-/// the count is one the test would see.
-fn fresh_instances_start_clean(lang: &str) {
+/// the count is one the test would see. With `scan` false the host runs
+/// with `SLUICE_PAGEMAP_SCAN=off`, the reset a host with swap uses.
+fn fresh_instances_start_clean(lang: &str, scan: bool) {
     let env = Env::new();
     std::fs::write(env.dir.path().join("sluice.toml"), shared_cache_config()).unwrap();
     for (name, mode) in [("fresh", "fresh"), ("warm", "reuse")] {
@@ -413,7 +415,23 @@ fn fresh_instances_start_clean(lang: &str) {
             env.send(name, &format!("message {i}"), &[]);
         }
     }
-    let log = env.run_until_idle();
+    let log = if scan {
+        env.run_until_idle()
+    } else {
+        let handlers = env.handlers.to_str().unwrap().to_string();
+        let mut cmd = env.command(&["run", "--handlers", &handlers, "--until-idle"]);
+        cmd.env("SLUICE_PAGEMAP_SCAN", "off");
+        let out = run_with_deadline(cmd, Duration::from_secs(120));
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "sluice run failed: {log}");
+        assert!(
+            log.contains(
+                "SLUICE_PAGEMAP_SCAN=off: fresh instances' memory is reset without PAGEMAP_SCAN"
+            ),
+            "{log}"
+        );
+        log
+    };
     let calls = |handler: &str| -> Vec<u32> {
         lines_with(&log, "hello from sluice: message")
             .into_iter()
@@ -436,6 +454,32 @@ fn fresh_instances_start_clean(lang: &str) {
 #[test]
 fn fresh_instances_start_clean_in_every_language() {
     for lang in ["rust", "c", "python", "js"] {
-        fresh_instances_start_clean(lang);
+        fresh_instances_start_clean(lang, true);
     }
+}
+
+/// The same with the memory reset a host with swap uses.
+#[test]
+fn fresh_instances_start_clean_without_the_pagemap_scan() {
+    for lang in ["rust", "c", "python", "js"] {
+        fresh_instances_start_clean(lang, false);
+    }
+}
+
+/// A value of `SLUICE_PAGEMAP_SCAN` other than `auto` or `off` is refused,
+/// with the variable named.
+#[test]
+fn an_unknown_pagemap_scan_setting_is_refused() {
+    let env = Env::new();
+    let mut cmd = env.command(&["check", component("rust", "hello").to_str().unwrap()]);
+    cmd.env("SLUICE_PAGEMAP_SCAN", "no");
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            r#"SLUICE_PAGEMAP_SCAN is "no": set it to "auto" (the default) or "off", or unset it"#
+        ),
+        "{stderr}"
+    );
 }
