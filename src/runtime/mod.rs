@@ -169,7 +169,8 @@ fn pool_config() -> Result<PoolingAllocationConfig> {
 
 /// Whether a fresh instance's memory is reset from the pages found
 /// written with Linux's `PAGEMAP_SCAN`: where the kernel has it, unless
-/// `SLUICE_PAGEMAP_SCAN=off` or swap is on (logged either way).
+/// `SLUICE_PAGEMAP_SCAN=off` or swap is on (logged either way; swap is
+/// looked for only where the scan could be used).
 fn scan_written_pages() -> Result<bool> {
     match std::env::var("SLUICE_PAGEMAP_SCAN").as_deref() {
         Err(_) | Ok("auto") => {}
@@ -183,6 +184,9 @@ fn scan_written_pages() -> Result<bool> {
             "SLUICE_PAGEMAP_SCAN is {other:?}: set it to \"auto\" (the default) or \"off\", or unset it"
         ),
     }
+    if !PoolingAllocationConfig::is_pagemap_scan_available() {
+        return Ok(false);
+    }
     if let Some(areas) = swap_in_use() {
         tracing::warn!(
             swap = %areas,
@@ -190,7 +194,7 @@ fn scan_written_pages() -> Result<bool> {
         );
         return Ok(false);
     }
-    Ok(PoolingAllocationConfig::is_pagemap_scan_available())
+    Ok(true)
 }
 
 /// The swap areas the kernel uses now, as `/proc/swaps` lists them (names
