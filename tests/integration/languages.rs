@@ -418,12 +418,7 @@ fn fresh_instances_start_clean(lang: &str, scan: bool) {
     let log = if scan {
         env.run_until_idle()
     } else {
-        let handlers = env.handlers.to_str().unwrap().to_string();
-        let mut cmd = env.command(&["run", "--handlers", &handlers, "--until-idle"]);
-        cmd.env("SLUICE_PAGEMAP_SCAN", "off");
-        let out = run_with_deadline(cmd, Duration::from_secs(120));
-        let log = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(out.status.success(), "sluice run failed: {log}");
+        let log = env.run_until_idle_with(&[("SLUICE_PAGEMAP_SCAN", "off")]);
         assert!(
             log.contains(
                 "SLUICE_PAGEMAP_SCAN=off: fresh instances' memory is reset without PAGEMAP_SCAN"

@@ -174,11 +174,15 @@ impl Env {
 
     /// `sluice run --until-idle` on the handlers directory; returns stderr (the log).
     pub fn run_until_idle(&self) -> String {
+        self.run_until_idle_with(&[])
+    }
+
+    /// [`Env::run_until_idle`] with the environment variables `vars` set.
+    pub fn run_until_idle_with(&self, vars: &[(&str, &str)]) -> String {
         let handlers = self.handlers.to_str().unwrap().to_string();
-        let out = run_with_deadline(
-            self.command(&["run", "--handlers", &handlers, "--until-idle"]),
-            Duration::from_secs(120),
-        );
+        let mut cmd = self.command(&["run", "--handlers", &handlers, "--until-idle"]);
+        cmd.envs(vars.iter().copied());
+        let out = run_with_deadline(cmd, Duration::from_secs(120));
         let log = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(
             out.status.success(),
