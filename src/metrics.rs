@@ -449,6 +449,10 @@ impl Queue for Metered {
         r
     }
 
+    fn settle_writes(&self) -> usize {
+        self.inner.settle_writes()
+    }
+
     async fn flush(&self) -> Result<()> {
         self.inner.flush().await
     }

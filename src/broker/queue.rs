@@ -45,6 +45,14 @@ pub trait Queue: Send + Sync + 'static {
     /// `Done` therefore never overwrites a newer delivery's result.
     async fn settle(&self, settlements: &[Settlement]) -> Result<()>;
 
+    /// How many [`Queue::settle`] calls a worker may have in flight at once
+    /// for one queue: 1 unless the broker runs them side by side. Calls in
+    /// flight together settle different deliveries, as the calls of
+    /// different hosts do.
+    fn settle_writes(&self) -> usize {
+        1
+    }
+
     /// Keep leases going while their calls run past what they were leased
     /// for (the guest asked for more time): each delivery that still holds
     /// its lease is leased for `lease` from now, and so is the idempotency

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::mpsc::{self, error::TryRecvError};
+use tokio::task::JoinSet;
 
 use super::{Settled, WorkerStats};
 use crate::broker::{BrokerError, Queue, Settlement};
@@ -23,11 +25,42 @@ use crate::metrics::HandlerMetrics;
 
 /// Most settlements written in one broker call.
 const MAX_SETTLE_BATCH: usize = 1024;
+/// The fewest settlements a call is started for while another is in flight
+/// (where the broker takes more than one at once). Fewer wait for it: were
+/// every settlement written as it came, each call's own cost would make
+/// calls slower, and slower calls more of them.
+const MIN_OVERLAPPING: usize = 128;
 /// The first wait before a batch is written again; it doubles up to 5 s.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 
+/// What a write needs beside its batch.
+#[derive(Clone)]
+struct Writer {
+    broker: Arc<dyn Queue>,
+    name: String,
+    stats: Arc<WorkerStats>,
+    metrics: Option<HandlerMetrics>,
+}
+
+impl Writer {
+    /// Write `batch`, then count it out of flight and return its permits.
+    async fn write(self, batch: Vec<Settlement>, permits: Vec<OwnedSemaphorePermit>) {
+        write(&*self.broker, &self.name, &batch).await;
+        if let Some(m) = &self.metrics {
+            batch.iter().for_each(|s| m.settled(s));
+        }
+        let n = batch.len() as u64;
+        self.stats.in_flight.fetch_sub(n, Ordering::Relaxed);
+        self.stats.handled.fetch_add(n, Ordering::Relaxed);
+        drop(permits);
+    }
+}
+
 /// Write the settlements of queue `name` as they come, in batches, until
-/// every sender is gone.
+/// every sender is gone. A batch is written at once when no write is in
+/// flight. A broker that takes several at once ([`Queue::settle_writes`])
+/// gets the next batch while one is in flight, once it holds
+/// [`MIN_OVERLAPPING`] settlements; the rest wait for a write to end.
 pub(super) async fn settle_loop(
     broker: Arc<dyn Queue>,
     name: String,
@@ -35,32 +68,55 @@ pub(super) async fn settle_loop(
     stats: Arc<WorkerStats>,
     metrics: Option<HandlerMetrics>,
 ) {
-    let mut batch = Vec::new();
-    let mut permits = Vec::new();
-    while let Some((first, permit)) = rx.recv().await {
-        batch.push(first);
-        permits.push(permit);
-        while batch.len() < MAX_SETTLE_BATCH {
+    let max_writes = broker.settle_writes().max(1);
+    let writer = Writer {
+        broker,
+        name,
+        stats,
+        metrics,
+    };
+    let mut writing = JoinSet::new();
+    let (mut batch, mut permits) = (Vec::new(), Vec::new());
+    let mut open = true;
+    while open || !batch.is_empty() || !writing.is_empty() {
+        while open && batch.len() < MAX_SETTLE_BATCH {
             match rx.try_recv() {
                 Ok((s, p)) => {
                     batch.push(s);
                     permits.push(p);
                 }
-                Err(_) => break,
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => open = false,
             }
         }
-        write(&*broker, &name, &batch).await;
-        if let Some(m) = &metrics {
-            batch.iter().for_each(|s| m.settled(s));
+        let may_start = writing.is_empty()
+            || (writing.len() < max_writes
+                && (batch.len() >= MIN_OVERLAPPING || (!open && !batch.is_empty())));
+        if may_start && !batch.is_empty() {
+            let batch = std::mem::take(&mut batch);
+            writing.spawn(writer.clone().write(batch, std::mem::take(&mut permits)));
+            continue;
         }
-        stats
-            .in_flight
-            .fetch_sub(batch.len() as u64, Ordering::Relaxed);
-        stats
-            .handled
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        batch.clear();
-        permits.clear();
+        tokio::select! {
+            Some(ended) = writing.join_next(), if !writing.is_empty() => {
+                // A write that panicked ends the settler, as it did when
+                // writes ran in it.
+                if let Err(e) = ended
+                    && e.is_panic()
+                {
+                    std::panic::resume_unwind(e.into_panic());
+                }
+            }
+            received = rx.recv(), if open && batch.len() < MAX_SETTLE_BATCH => match received {
+                Some((s, p)) => {
+                    batch.push(s);
+                    permits.push(p);
+                }
+                None => open = false,
+            },
+            // The channel closed with nothing left to write.
+            else => break,
+        }
     }
 }
 
@@ -124,11 +180,15 @@ mod tests {
 
     /// A queue that is away for its first `away` calls, refuses any call
     /// with a settlement of message "poison", and records what it took.
+    /// With a `gate`, each call first sends its batch's length to
+    /// `started`, then waits for a permit of the gate.
     #[derive(Default)]
     struct Picky {
         away: Mutex<u32>,
         calls: Mutex<u32>,
         settled: Mutex<Vec<String>>,
+        writes: usize,
+        gate: Option<(mpsc::UnboundedSender<usize>, Arc<tokio::sync::Semaphore>)>,
     }
 
     #[async_trait]
@@ -149,6 +209,10 @@ mod tests {
             unreachable!("the settler only settles")
         }
         async fn settle(&self, batch: &[Settlement]) -> Result<()> {
+            if let Some((started, gate)) = &self.gate {
+                started.send(batch.len()).unwrap();
+                gate.acquire().await.unwrap().forget();
+            }
             *self.calls.lock().unwrap() += 1;
             let mut away = self.away.lock().unwrap();
             if *away > 0 {
@@ -167,6 +231,10 @@ mod tests {
             let ids = batch.iter().map(|s| s.delivery().id.clone());
             self.settled.lock().unwrap().extend(ids);
             Ok(())
+        }
+
+        fn settle_writes(&self) -> usize {
+            if self.writes == 0 { 1 } else { self.writes }
         }
 
         async fn extend(
@@ -224,5 +292,123 @@ mod tests {
         write(&q, "q", &[duplicate("poison")]).await;
         assert_eq!(*q.calls.lock().unwrap(), 1);
         assert!(q.settled.lock().unwrap().is_empty());
+    }
+
+    /// A settler over a queue whose calls wait at a gate: the queue, the
+    /// settler's sender, the lengths of the calls started, the gate, and
+    /// the settler's stats and task.
+    struct Gated {
+        queue: Arc<Picky>,
+        tx: Option<mpsc::UnboundedSender<Settled>>,
+        started: mpsc::UnboundedReceiver<usize>,
+        gate: Arc<tokio::sync::Semaphore>,
+        stats: Arc<WorkerStats>,
+        settler: tokio::task::JoinHandle<()>,
+    }
+
+    impl Gated {
+        fn start(writes: usize) -> Self {
+            let (started_tx, started) = mpsc::unbounded_channel();
+            let gate = Arc::new(tokio::sync::Semaphore::new(0));
+            let queue = Arc::new(Picky {
+                writes,
+                gate: Some((started_tx, gate.clone())),
+                ..Picky::default()
+            });
+            let (tx, rx) = mpsc::unbounded_channel();
+            let stats = Arc::new(WorkerStats::default());
+            let settler = tokio::spawn(settle_loop(
+                queue.clone(),
+                "q".into(),
+                rx,
+                stats.clone(),
+                None,
+            ));
+            Gated {
+                queue,
+                tx: Some(tx),
+                started,
+                gate,
+                stats,
+                settler,
+            }
+        }
+
+        fn send(&self, n: usize) {
+            let permits = Arc::new(tokio::sync::Semaphore::new(n));
+            for i in 0..n {
+                let permit = permits.clone().try_acquire_owned().unwrap();
+                let tx = self.tx.as_ref().expect("the settler's channel is open");
+                tx.send((duplicate(&format!("m{i}")), permit)).unwrap();
+            }
+        }
+
+        /// The length of the next call started within 200 ms, if one was.
+        async fn next_call(&mut self) -> Option<usize> {
+            let wait = Duration::from_millis(200);
+            tokio::time::timeout(wait, self.started.recv())
+                .await
+                .ok()
+                .flatten()
+        }
+
+        /// Drop the settler's sender, as the callers do when they stop.
+        fn close(&mut self) {
+            self.tx = None;
+        }
+
+        /// Let every call through, close the settler's channel and wait
+        /// for it to end. Returns how many settlements it wrote.
+        async fn finish(mut self) -> u64 {
+            self.gate.add_permits(1000);
+            self.close();
+            self.settler.await.unwrap();
+            assert_eq!(
+                self.queue.settled.lock().unwrap().len() as u64,
+                self.stats.handled.load(Ordering::Relaxed)
+            );
+            self.stats.handled.load(Ordering::Relaxed)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_broker_that_takes_two_writes_gets_a_full_batch_while_one_is_in_flight() {
+        let mut g = Gated::start(2);
+        g.send(1);
+        assert_eq!(g.next_call().await, Some(1));
+        g.send(MIN_OVERLAPPING - 1);
+        assert_eq!(g.next_call().await, None, "too few to overlap: they wait");
+        g.send(1);
+        assert_eq!(g.next_call().await, Some(MIN_OVERLAPPING));
+        g.send(MIN_OVERLAPPING);
+        assert_eq!(g.next_call().await, None, "two calls are in flight already");
+        g.gate.add_permits(1);
+        assert_eq!(g.next_call().await, Some(MIN_OVERLAPPING));
+        assert_eq!(g.finish().await, 1 + 2 * MIN_OVERLAPPING as u64);
+    }
+
+    #[tokio::test]
+    async fn one_write_at_a_time_where_the_broker_takes_one() {
+        let mut g = Gated::start(1);
+        g.send(1);
+        assert_eq!(g.next_call().await, Some(1));
+        g.send(2 * MIN_OVERLAPPING);
+        assert_eq!(g.next_call().await, None, "one call is in flight");
+        g.gate.add_permits(1);
+        assert_eq!(g.next_call().await, Some(2 * MIN_OVERLAPPING));
+        assert_eq!(g.finish().await, 1 + 2 * MIN_OVERLAPPING as u64);
+    }
+
+    #[tokio::test]
+    async fn what_is_left_when_the_callers_are_gone_is_written_at_once() {
+        let mut g = Gated::start(2);
+        g.send(1);
+        assert_eq!(g.next_call().await, Some(1));
+        g.send(3);
+        assert_eq!(g.next_call().await, None);
+        g.close();
+        // With no sender left the three do not wait for the call in flight.
+        assert_eq!(g.next_call().await, Some(3));
+        assert_eq!(g.finish().await, 4);
     }
 }

@@ -152,6 +152,15 @@ impl Queue for PgBroker {
         Ok(())
     }
 
+    /// Two: each call runs on its own connection, in its own server
+    /// process, so a second batch is applied while the first commits. On 2
+    /// cores, `hello` reuse drains settled one batch at a time for 30–31 ms
+    /// a thousand messages, the whole drain long; with two at once they
+    /// were 7–16 % faster (see the README), and three or four no faster.
+    fn settle_writes(&self) -> usize {
+        2
+    }
+
     async fn extend(&self, queue: &str, leases: &[Lease], lease: Duration) -> Result<Vec<bool>> {
         if leases.is_empty() {
             return Ok(Vec::new());
