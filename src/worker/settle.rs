@@ -90,8 +90,7 @@ pub(super) async fn settle_loop(
             }
         }
         let may_start = writing.is_empty()
-            || (writing.len() < max_writes
-                && (batch.len() >= MIN_OVERLAPPING || (!open && !batch.is_empty())));
+            || (writing.len() < max_writes && (batch.len() >= MIN_OVERLAPPING || !open));
         if may_start && !batch.is_empty() {
             let batch = std::mem::take(&mut batch);
             writing.spawn(writer.clone().write(batch, std::mem::take(&mut permits)));
@@ -234,7 +233,7 @@ mod tests {
         }
 
         fn settle_writes(&self) -> usize {
-            if self.writes == 0 { 1 } else { self.writes }
+            self.writes
         }
 
         async fn extend(
