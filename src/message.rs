@@ -32,6 +32,21 @@ pub fn truncate(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
     format!("{}… [cut: {} more bytes]", &text[..end], text.len() - end).into()
 }
 
+/// `text` as kept for a reason or last error: cut to [`MAX_REASON`] bytes
+/// by [`truncate`], then each NUL character read as U+FFFD (so at most
+/// three times that). PostgreSQL's text cannot hold a NUL, and every
+/// broker keeps the same text.
+pub fn stored_text(text: &str) -> String {
+    without_nul(&truncate(text, MAX_REASON))
+}
+
+/// `text` with each NUL character read as U+FFFD, for text a broker stores
+/// that sluice did not refuse at its entry (a handler's reject reason, an
+/// idempotency key read from a payload).
+pub fn without_nul(text: &str) -> String {
+    text.replace('\0', "\u{FFFD}")
+}
+
 /// A message on its way into a queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewMessage {
@@ -85,13 +100,19 @@ impl NewMessage {
                 format_size(max_size)
             ));
         }
-        if let Some(key) = &self.key
-            && key.is_empty()
-        {
-            return Err(format!(
-                "message for queue {:?} has an empty idempotency key",
-                self.queue
-            ));
+        if let Some(key) = &self.key {
+            if key.is_empty() {
+                return Err(format!(
+                    "message for queue {:?} has an empty idempotency key",
+                    self.queue
+                ));
+            }
+            if key.contains('\0') {
+                return Err(format!(
+                    "message for queue {:?} has a NUL character in its idempotency key {key:?}; a key is text without NUL (PostgreSQL cannot store it)",
+                    self.queue
+                ));
+            }
         }
         Ok(())
     }
@@ -208,6 +229,31 @@ mod tests {
         m.headers.push(("a".into(), "b".into()));
         let err = m.validate(DEFAULT_MAX_MESSAGE_SIZE).unwrap_err();
         assert!(err.contains("65 headers; at most 64"), "{err}");
+    }
+
+    #[test]
+    fn a_key_with_a_nul_is_refused_naming_the_queue() {
+        let mut m = NewMessage::new("orders", "x");
+        m.key = Some("a\0b".into());
+        let err = m.validate(DEFAULT_MAX_MESSAGE_SIZE).unwrap_err();
+        assert!(
+            err.contains("\"orders\"") && err.contains("NUL") && err.contains("\"a\\0b\""),
+            "{err}"
+        );
+        m.key = Some("a b".into());
+        assert!(m.validate(DEFAULT_MAX_MESSAGE_SIZE).is_ok());
+    }
+
+    #[test]
+    fn stored_text_has_no_nul_and_is_bounded() {
+        assert_eq!(stored_text("bad\0input\0"), "bad\u{FFFD}input\u{FFFD}");
+        assert_eq!(stored_text("plain"), "plain");
+        let long = stored_text(&"\0".repeat(MAX_REASON + 10));
+        assert!(
+            !long.contains('\0') && long.ends_with("[cut: 10 more bytes]"),
+            "{long}"
+        );
+        assert!(long.len() <= 3 * MAX_REASON + 32, "{}", long.len());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use super::keep::{self, Leases};
 use super::{Dispatch, Jobs, Observe, Settled};
 use crate::broker::{Queue, Settlement};
 use crate::config::{HandlerSpec, KeySource, bounds};
-use crate::message::{Delivery, MAX_REASON, NewMessage, now_ms, truncate};
+use crate::message::{Delivery, NewMessage, now_ms, stored_text, without_nul};
 use crate::policy::{self, Decision, Outcome};
 use crate::runtime::{Deadline, Failure, Invocation};
 use crate::trace::{Attempt, AttemptFields};
@@ -209,16 +209,10 @@ fn pool_full(
 fn ending(result: Result<Outcome, Failure>) -> Result<(Outcome, Option<String>), String> {
     match result {
         // The guest's words, kept with the dead letter: bounded.
-        Ok(Outcome::Reject(reason)) => Ok((
-            Outcome::Reject(truncate(&reason, MAX_REASON).into_owned()),
-            None,
-        )),
+        Ok(Outcome::Reject(reason)) => Ok((Outcome::Reject(stored_text(&reason)), None)),
         Ok(outcome) => Ok((outcome, None)),
         Err(Failure::PoolFull(why)) => Err(why),
-        Err(failure) => Ok((
-            Outcome::Failed,
-            Some(truncate(&failure.to_string(), MAX_REASON).into_owned()),
-        )),
+        Err(failure) => Ok((Outcome::Failed, Some(stored_text(&failure.to_string())))),
     }
 }
 
@@ -257,19 +251,20 @@ pub(super) fn dead(
 
 /// The idempotency key this handler uses for a delivery, if idempotency is on.
 /// A configured header or JSON pointer that is missing falls back to the
-/// message's own key.
+/// message's own key. A NUL character in the value read is taken as U+FFFD
+/// on every broker (PostgreSQL's text cannot hold one).
 pub fn idempotency_key(delivery: &Delivery, spec: &HandlerSpec) -> Option<String> {
     if !spec.idempotency.enabled {
         return None;
     }
     let derived = match &spec.idempotency.source {
         KeySource::Message => None,
-        KeySource::Header(name) => delivery.header(name).map(str::to_string),
+        KeySource::Header(name) => delivery.header(name).map(without_nul),
         KeySource::Pointer(pointer) => {
             serde_json::from_slice::<serde_json::Value>(&delivery.payload)
                 .ok()
                 .and_then(|v| match v.pointer(pointer)? {
-                    serde_json::Value::String(s) => Some(s.clone()),
+                    serde_json::Value::String(s) => Some(without_nul(s)),
                     serde_json::Value::Number(n) => Some(n.to_string()),
                     _ => None,
                 })
@@ -494,5 +489,31 @@ mod tests {
         assert_eq!(idempotency_key(&not_json, &spec).as_deref(), Some("k1"));
         spec.idempotency.enabled = false;
         assert_eq!(idempotency_key(&d, &spec), None);
+    }
+
+    /// PostgreSQL's text holds no NUL, so none reaches a broker from a
+    /// handler's words or a key read from a message; every broker gets
+    /// the same text.
+    #[test]
+    fn a_nul_in_a_reject_reason_or_a_read_key_is_stored_as_u_fffd() {
+        let reject = ended(Ok(Outcome::Reject("bad\0sku".into())), Vec::new());
+        let s = settlement_for(delivery(1, "{}"), reject, &spec(), None, "v1", 0.0);
+        let Settlement::Dead { reason, .. } = s else {
+            panic!("not dead");
+        };
+        assert_eq!(reason, "rejected: bad\u{FFFD}sku");
+        let trap = Err(Failure::Trap("at\0here".into()));
+        let Settlement::Retry { error, .. } = settle(1, trap) else {
+            panic!("not retried");
+        };
+        assert_eq!(error, "trap: at\u{FFFD}here");
+
+        let mut spec = spec();
+        let mut d = delivery(1, r#"{"id": "a\u0000b"}"#);
+        d.headers = vec![("order-id".into(), "o\0-9".into())];
+        spec.idempotency.source = KeySource::Pointer("/id".into());
+        assert_eq!(idempotency_key(&d, &spec).as_deref(), Some("a\u{FFFD}b"));
+        spec.idempotency.source = KeySource::Header("order-id".into());
+        assert_eq!(idempotency_key(&d, &spec).as_deref(), Some("o\u{FFFD}-9"));
     }
 }

@@ -336,4 +336,51 @@ fn a_guest_cannot_make_the_host_allocate_beyond_its_limits(env: Env) {
     assert_eq!(env.count("sink", "ready"), 7 + 1000);
 }
 
-on_every_backend!(env: a_guest_cannot_make_the_host_allocate_beyond_its_limits);
+/// Text with a NUL character, which PostgreSQL's text cannot hold, reaches
+/// no broker as it is, so every broker keeps the same: a reject reason
+/// holding one is stored with U+FFFD in its place, a publish with such an
+/// idempotency key is refused with an error the guest sees, and a key read
+/// from a header that holds one is taken with U+FFFD. Each message settles
+/// at once rather than being refused by the broker and delivered again.
+fn text_with_a_nul_reaches_no_broker_as_it_is(env: Env) {
+    use sluice::message::NewMessage;
+
+    env.deploy(
+        "hostile_host",
+        "greedy",
+        Some("[retry]\nmax_attempts = 1\n"),
+    );
+    env.deploy(
+        "hello",
+        "keyed",
+        Some("[idempotency]\nkey_header = \"k\"\n"),
+    );
+    env.send("greedy", "nul-reject", &[]);
+    env.send("greedy", "nul-key", &[]);
+    let mut keyed = NewMessage::new("keyed", "x");
+    keyed.headers = vec![("k".into(), "a\0b".into())];
+    env.publish(vec![keyed.clone(), keyed]);
+    let log = env.run_until_idle();
+    let dead = env.dead("greedy");
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0]["reason"], "rejected: bad\u{FFFD}reason");
+    assert_eq!(dead[0]["attempts"], 1, "settled by its first attempt");
+    let published = lines_with(&log, "hostile nul key:");
+    assert!(
+        published.len() == 1 && published[0].contains("NUL character in its idempotency key"),
+        "{published:?}"
+    );
+    assert_eq!(env.count("greedy", "done"), 1);
+    assert_eq!(env.count("sink", "ready"), 0);
+    // One key for both: the second is a duplicate.
+    assert_eq!(
+        (env.count("keyed", "done"), env.count("keyed", "duplicates")),
+        (1, 1)
+    );
+    assert!(!log.contains("the broker refused"), "{log}");
+}
+
+on_every_backend!(env:
+    a_guest_cannot_make_the_host_allocate_beyond_its_limits,
+    text_with_a_nul_reaches_no_broker_as_it_is,
+);

@@ -9,6 +9,13 @@
 //! * `fields`: makes 100,000 wasi:http `fields` of 1 KiB each (100 MiB);
 //! * `ok`: nothing, `done`.
 //!
+//! And text no broker may be handed as it is (PostgreSQL's text holds no
+//! NUL):
+//!
+//! * `nul-reject`: rejects with a reason that holds a NUL;
+//! * `nul-key`: publishes with an idempotency key that holds a NUL, logs
+//!   what came of it and returns `done`.
+//!
 //! Each logs how far it got and returns `done`, so the test can read what
 //! the host allowed; a refusal it meets is an error value, never a trap.
 use std::io::Write;
@@ -55,6 +62,16 @@ impl Guest for HostileHost {
                 log(Level::Info, &format!("hostile headers: held {held}, then: {error}"));
             }
             "reject" => return Outcome::Reject("r".repeat(12 << 20)),
+            "nul-reject" => return Outcome::Reject("bad\0reason".into()),
+            "nul-key" => {
+                let options = PublishOptions {
+                    headers: Vec::new(),
+                    key: Some("a\0b".into()),
+                    delay_ms: None,
+                };
+                let result = publish::publish("sink", b"x", &options);
+                log(Level::Info, &format!("hostile nul key: {result:?}"));
+            }
             "log" => {
                 let line = "l".repeat(1 << 20);
                 for _ in 0..3000 {
