@@ -36,6 +36,12 @@ impl HostState {
         if key.is_empty() {
             return Err("a key-value key must not be empty".into());
         }
+        // Refused on every broker alike: PostgreSQL's text cannot hold it.
+        if key.contains('\0') {
+            return Err(format!(
+                "a key-value key must not hold a NUL character: {key:?}"
+            ));
+        }
         if key.len() > MAX_KV_KEY {
             return Err(format!(
                 "a key-value key may be at most {MAX_KV_KEY} bytes; this one is {} bytes",

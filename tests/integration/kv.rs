@@ -102,7 +102,16 @@ fn kv_limits_are_errors_the_guest_sees(env: Env) {
         .iter()
         .map(|(p, _)| env.send("kv_a", p, &[]))
         .collect();
+    // A NUL cannot be passed on a command line.
+    env.publish(vec![sluice::message::NewMessage::new("kv_a", "set a\0b v")]);
     env.run_until_idle();
+    let nul = ": a key-value key must not hold a NUL character: \"a\\0b\"";
+    assert!(
+        env.dead("kv_a")
+            .iter()
+            .any(|d| d["reason"].as_str().unwrap().ends_with(nul)),
+        "no dead letter ends with {nul}"
+    );
     for ((payload, want), id) in cases.iter().zip(&ids) {
         let shown: serde_json::Value =
             serde_json::from_str(&env.sluice(&["--json", "dlq", "show", "kv_a", id])).unwrap();
