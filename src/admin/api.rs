@@ -29,7 +29,7 @@ use serde_json::json;
 use super::{Admin, error};
 use crate::broker::{BrokerError, ReplaySelector, fresh_statuses};
 use crate::error::chain;
-use crate::message::now_ms;
+use crate::message::{now_ms, validate_queue_name};
 use crate::schedule;
 
 /// Dead letters on one page, unless `limit` asks for fewer.
@@ -66,6 +66,13 @@ fn unavailable(what: &str, e: &BrokerError) -> Response {
 
 fn bad_request(why: impl Into<String>) -> Response {
     error(StatusCode::BAD_REQUEST, why)
+}
+
+/// A queue named in a path that no queue can have (`a/b`, a NUL, ...):
+/// answered with 400 saying what a queue name is, before any broker sees
+/// it.
+fn unnamable(queue: &str) -> Option<Response> {
+    validate_queue_name(queue).err().map(bad_request)
 }
 
 /// Why a request's parameters are refused: answered with 400.
@@ -129,6 +136,9 @@ async fn queues(State(a): State<Arc<Admin>>) -> Response {
 }
 
 async fn queue(State(a): State<Arc<Admin>>, Path(queue): Path<String>) -> Response {
+    if let Some(bad) = unnamable(&queue) {
+        return bad;
+    }
     match a.broker.queue_stats(&queue).await {
         Ok(s) => Json(s).into_response(),
         Err(e) => unavailable(&format!("cannot read queue {queue:?}"), &e),
@@ -146,6 +156,9 @@ async fn resume(State(a): State<Arc<Admin>>, Path(queue): Path<String>) -> Respo
 /// Store the pause in the broker, then take it on this host at once (the
 /// others read it within their next poll).
 async fn set_paused(a: &Admin, queue: &str, paused: bool) -> Response {
+    if let Some(bad) = unnamable(queue) {
+        return bad;
+    }
     if let Err(e) = a.broker.set_paused(queue, paused).await {
         let verb = if paused { "pause" } else { "resume" };
         return unavailable(&format!("cannot {verb} queue {queue:?}"), &e);
@@ -188,6 +201,9 @@ async fn dead_letters(
     Path(queue): Path<String>,
     p: Params,
 ) -> Response {
+    if let Some(bad) = unnamable(&queue) {
+        return bad;
+    }
     let page = || -> Result<(usize, usize), Bad> {
         let p = params(p)?;
         only(&p, &["limit", "offset"])?;
@@ -222,7 +238,16 @@ async fn dead_letter(
     State(a): State<Arc<Admin>>,
     Path((queue, id)): Path<(String, String)>,
 ) -> Response {
-    match a.broker.dead_letter(&queue, &id).await {
+    if let Some(bad) = unnamable(&queue) {
+        return bad;
+    }
+    // No id holds a NUL, which PostgreSQL's text could not even look for.
+    let found = if id.contains('\0') {
+        Ok(None)
+    } else {
+        a.broker.dead_letter(&queue, &id).await
+    };
+    match found {
         Ok(Some(d)) => Json(d.to_json()).into_response(),
         Ok(None) => error(
             StatusCode::NOT_FOUND,
@@ -233,14 +258,22 @@ async fn dead_letter(
 }
 
 async fn replay(State(a): State<Arc<Admin>>, Path(queue): Path<String>, p: Params) -> Response {
+    if let Some(bad) = unnamable(&queue) {
+        return bad;
+    }
     let selector = || -> Result<ReplaySelector, Bad> {
         let p = params(p)?;
         only(&p, &["id", "older_than", "limit"])?;
-        let ids = p
+        let ids: Vec<String> = p
             .iter()
             .filter(|(k, _)| k == "id")
             .map(|(_, v)| v.clone())
             .collect();
+        if let Some(id) = ids.iter().find(|id| id.contains('\0')) {
+            return Err(format!(
+                "id: no dead letter id holds a NUL character: {id:?}"
+            ));
+        }
         ReplaySelector::by_hand(
             ids,
             one(&p, "older_than")?,
@@ -260,6 +293,9 @@ async fn replay(State(a): State<Arc<Admin>>, Path(queue): Path<String>, p: Param
 }
 
 async fn purge(State(a): State<Arc<Admin>>, Path(queue): Path<String>, p: Params) -> Response {
+    if let Some(bad) = unnamable(&queue) {
+        return bad;
+    }
     if let Err(why) = params(p).and_then(|p| only(&p, &[])) {
         return bad_request(why);
     }

@@ -286,6 +286,28 @@ fn bad_requests_get_json_errors_that_name_the_parameter(env: Env) {
     assert!(s == 400 && e.starts_with("limit: bad number"), "{s} {e}");
     let (s, e) = error(host.get("/api/queues/hello/dead/nosuchid"));
     assert!(s == 404 && e.contains("nosuchid"), "{s} {e}");
+    // Names no queue can have, and a NUL (which PostgreSQL's text cannot
+    // hold), are refused before any broker sees them, the same on each.
+    for path in [
+        "/api/queues/a%00b",
+        "/api/queues/a%2Fb/dead",
+        "/api/queues/a%00b/dead/x",
+    ] {
+        let (s, e) = error(host.get(path));
+        assert!(
+            s == 400 && e.starts_with("bad queue name"),
+            "{path}: {s} {e}"
+        );
+    }
+    let (s, e) = error(host.post("/api/queues/a%00b/pause"));
+    assert!(s == 400 && e.starts_with("bad queue name"), "{s} {e}");
+    let (s, e) = error(host.get("/api/queues/hello/dead/x%00y"));
+    assert!(s == 404 && e.contains(r#""x\0y""#), "{s} {e}");
+    let (s, e) = error(host.post("/api/queues/hello/dead/replay?id=x%00y"));
+    assert!(
+        s == 400 && e.starts_with("id: no dead letter id holds a NUL"),
+        "{s} {e}"
+    );
     // Known routes with the wrong method are not found either.
     assert_eq!(host.get("/api/queues/hello/pause").0, 405);
 }
