@@ -149,7 +149,10 @@ fn pool_config() -> Result<PoolingAllocationConfig> {
         // a Python or JavaScript instance still faults part of its memory
         // in on each call: a build with that limit raised to 1,024 made
         // their fresh calls 2 × (JavaScript) and 4 × (Python) cheaper on
-        // the message path. wasmtime 50.0.2 fixes both. With 50.0.1 a
+        // the message path. wasmtime 50.0.2 fixes both (it needs Rust
+        // 1.97, and cargo resolves it with wasmtime-wasi 50.0.1 and this
+        // crate's features); 48.0.10, which this host runs, fixes
+        // neither. With 50.0.1 a
         // whole fresh JavaScript call cost 2 × as much as with this one,
         // most of it in the reset's memmove.
         pool.pagemap_scan(Enabled::Yes)
