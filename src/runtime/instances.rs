@@ -227,7 +227,7 @@ impl Counted {
     /// One more of `count`, unless it is at `limit`.
     fn take(count: &Arc<AtomicUsize>, limit: usize) -> Option<Self> {
         count
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            .try_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 (n < limit).then_some(n + 1)
             })
             .ok()?;

@@ -140,30 +140,18 @@ fn pool_config() -> Result<PoolingAllocationConfig> {
         // the image, and keep them resident: the next instance in the
         // slot finds them mapped, rather than faulting each one in on
         // its first call. This is what makes a fresh Python or
-        // JavaScript instance cheap on the message path. The scan finds
-        // only pages in memory (wasmtime 48), so a written page the
-        // kernel moved to swap would keep what the previous instance
-        // wrote there: with swap on, the reset below is used instead
-        // (see `scan_written_pages`). It also stops at its 32nd separate
-        // run of written pages and gives the rest back to the kernel, so
-        // a Python or JavaScript instance still faults part of its memory
-        // in on each call: a build with that limit raised to 1,024 made
-        // their fresh calls 2 × (JavaScript) and 4 × (Python) cheaper on
-        // the message path. wasmtime 50.0.2 fixes both (it needs Rust
-        // 1.97, and cargo resolves it with wasmtime-wasi 50.0.1 and this
-        // crate's features); 48.0.10, which this host runs, fixes
-        // neither. With 50.0.1 a
-        // whole fresh JavaScript call cost 2 × as much as with this one,
-        // most of it in the reset's memmove.
+        // JavaScript instance cheap on the message path. Since wasmtime
+        // 50.0.2 the scan also finds written pages the kernel moved to
+        // swap, and it goes on past its 64th separate run of written
+        // pages (48 stopped at the 32nd and gave the rest back to the
+        // kernel, so such guests faulted that part in on every call).
         pool.pagemap_scan(Enabled::Yes)
             .linear_memory_keep_resident(16 << 20)
             .table_keep_resident(1 << 20);
     } else {
         // Reset small memories with memset rather than madvise: cheaper
         // for the few pages a handler touches per message. The first 1
-        // MiB is written over whether a page of it is in memory or in
-        // swap, and the rest is given back to the kernel, which drops
-        // swapped pages too.
+        // MiB is written over, and the rest is given back to the kernel.
         pool.linear_memory_keep_resident(1 << 20)
             .table_keep_resident(1 << 16);
     }
@@ -172,65 +160,18 @@ fn pool_config() -> Result<PoolingAllocationConfig> {
 
 /// Whether a fresh instance's memory is reset from the pages found
 /// written with Linux's `PAGEMAP_SCAN`: where the kernel has it, unless
-/// `SLUICE_PAGEMAP_SCAN=off` or swap is on (logged either way; swap is
-/// looked for only where the scan could be used).
+/// `SLUICE_PAGEMAP_SCAN=off` (logged).
 fn scan_written_pages() -> Result<bool> {
     match std::env::var("SLUICE_PAGEMAP_SCAN").as_deref() {
-        Err(_) | Ok("auto") => {}
+        Err(_) | Ok("auto") => Ok(PoolingAllocationConfig::is_pagemap_scan_available()),
         Ok("off") => {
             tracing::info!(
                 "SLUICE_PAGEMAP_SCAN=off: fresh instances' memory is reset without PAGEMAP_SCAN"
             );
-            return Ok(false);
+            Ok(false)
         }
         Ok(other) => anyhow::bail!(
             "SLUICE_PAGEMAP_SCAN is {other:?}: set it to \"auto\" (the default) or \"off\", or unset it"
         ),
-    }
-    if !PoolingAllocationConfig::is_pagemap_scan_available() {
-        return Ok(false);
-    }
-    if let Some(areas) = swap_in_use() {
-        tracing::warn!(
-            swap = %areas,
-            "swap is on: fresh instances' memory is reset without PAGEMAP_SCAN, which would leave a page in swap holding the previous instance's data; Python and JavaScript fresh calls cost more (see \"Instance modes\" in the README). A swap area added after the start is not seen: restart sluice then"
-        );
-        return Ok(false);
-    }
-    Ok(true)
-}
-
-/// The swap areas the kernel uses now, as `/proc/swaps` lists them (names
-/// joined by ", "), or `None` when there are none. A kernel without swap
-/// support has no `/proc/swaps`, which reads as none.
-fn swap_in_use() -> Option<String> {
-    let listed = std::fs::read_to_string("/proc/swaps").ok()?;
-    swap_areas(&listed)
-}
-
-/// The swap areas in `listed`, the text of `/proc/swaps`: a header line,
-/// then one line per area, its file name first.
-fn swap_areas(listed: &str) -> Option<String> {
-    let areas: Vec<&str> = listed
-        .lines()
-        .skip(1)
-        .filter_map(|line| line.split_whitespace().next())
-        .collect();
-    (!areas.is_empty()).then(|| areas.join(", "))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::swap_areas;
-
-    #[test]
-    fn swap_is_on_when_proc_swaps_lists_an_area() {
-        let header = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n";
-        assert_eq!(swap_areas(header), None);
-        assert_eq!(swap_areas(""), None);
-        let two = format!(
-            "{header}/swapfile                               file\t\t1048572\t\t0\t\t-2\n/dev/zram0                              partition\t4194300\t\t12\t\t100\n"
-        );
-        assert_eq!(swap_areas(&two).as_deref(), Some("/swapfile, /dev/zram0"));
     }
 }

@@ -396,7 +396,7 @@ fn c_examples() {
 /// its instance's calls in a global, and every message of a fresh handler
 /// sees 1, in every language. The same handler in reuse mode counts up, so
 /// the count is one the test would see. With `scan` false the host runs
-/// with `SLUICE_PAGEMAP_SCAN=off`, the reset a host with swap uses.
+/// with `SLUICE_PAGEMAP_SCAN=off`, the reset a kernel without the scan gets.
 fn fresh_instances_start_clean(lang: &str, scan: bool) {
     let env = Env::new();
     std::fs::write(env.dir.path().join("sluice.toml"), shared_cache_config()).unwrap();
@@ -453,7 +453,7 @@ fn fresh_instances_start_clean_in_every_language() {
     }
 }
 
-/// The same with the memory reset a host with swap uses.
+/// The same with the memory reset a kernel without `PAGEMAP_SCAN` gets.
 #[test]
 fn fresh_instances_start_clean_without_the_pagemap_scan() {
     for lang in ["rust", "c", "python", "js"] {

@@ -194,7 +194,7 @@ static PRELUDE: LazyLock<String> = LazyLock::new(|| format!("{BASE}{GROUP_CORE}{
 pub static PUBLISH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{}{}",
-        &*PRELUDE,
+        *PRELUDE,
         r#"
 local spec = ordering(KEYS[4])
 if spec ~= ARGV[2] then return {-1, spec} end
@@ -227,7 +227,7 @@ return {n}
 pub static ORDER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{}{}",
-        &*PRELUDE,
+        *PRELUDE,
         r#"
 local S, Z, H, G, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 if ordering(G) == ARGV[1] then return 0 end
@@ -266,7 +266,7 @@ return 1
 pub static MAINTAIN: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{}{}",
-        &*PRELUDE,
+        *PRELUDE,
         r#"
 local group, consumer, lease, max = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = server_now()
@@ -318,7 +318,7 @@ return {claimed[1], out}
 pub static TAKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{}{}",
-        &*PRELUDE,
+        *PRELUDE,
         r#"
 local group, consumer, want = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local limit, per_ms, burst, spent = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -382,7 +382,7 @@ pub static TOKENS: LazyLock<Script> = LazyLock::new(|| Script::new(TOKENS_SOURCE
 pub static FIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{}{}",
-        &*PRELUDE,
+        *PRELUDE,
         r#"
 local spec = ordering(KEYS[4])
 if #ARGV >= 9 and spec ~= ARGV[3] then return {-1, spec} end
@@ -484,7 +484,7 @@ return out
 pub static SETTLE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{}{}",
-        &*PRELUDE,
+        *PRELUDE,
         r#"
 local S, Z, H, D, C, O, DI, G, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local group, consumer = ARGV[1], ARGV[2]
@@ -709,7 +709,7 @@ return {redis.call('XLEN', KEYS[1]), pending, redis.call('ZCARD', KEYS[2]),
 pub static REPLAY: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{}{}",
-        &*PRELUDE,
+        *PRELUDE,
         r#"
 local scan, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 local max_redrives, redrive = tonumber(ARGV[5]), ARGV[6] == '1'
@@ -757,7 +757,7 @@ return {moved, last}
 pub static PURGE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{}{}",
-        &*PRELUDE,
+        *PRELUDE,
         r#"
 local n = redis.call('XLEN', KEYS[1])
 redis.call('DEL', KEYS[1], KEYS[2])
