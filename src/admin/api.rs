@@ -15,13 +15,15 @@
 //!
 //! Bad parameters get 400 naming the parameter; failures of the broker 503.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::json;
@@ -68,11 +70,22 @@ fn bad_request(why: impl Into<String>) -> Response {
     error(StatusCode::BAD_REQUEST, why)
 }
 
-/// A queue named in a path that no queue can have (`a/b`, a NUL, ...):
-/// answered with 400 saying what a queue name is, before any broker sees
-/// it.
-fn unnamable(queue: &str) -> Option<Response> {
-    validate_queue_name(queue).err().map(bad_request)
+/// The `{queue}` of a request's path. A name no queue can have (`a/b`, a
+/// NUL, ...) is answered with 400 saying what a queue name is, before the
+/// handler, and so any broker, sees it.
+struct QueueName(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueueName {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let Path(mut params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let queue = params.remove("queue").unwrap_or_default();
+        validate_queue_name(&queue).map_err(bad_request)?;
+        Ok(QueueName(queue))
+    }
 }
 
 /// Why a request's parameters are refused: answered with 400.
@@ -135,30 +148,24 @@ async fn queues(State(a): State<Arc<Admin>>) -> Response {
     }
 }
 
-async fn queue(State(a): State<Arc<Admin>>, Path(queue): Path<String>) -> Response {
-    if let Some(bad) = unnamable(&queue) {
-        return bad;
-    }
+async fn queue(State(a): State<Arc<Admin>>, QueueName(queue): QueueName) -> Response {
     match a.broker.queue_stats(&queue).await {
         Ok(s) => Json(s).into_response(),
         Err(e) => unavailable(&format!("cannot read queue {queue:?}"), &e),
     }
 }
 
-async fn pause(State(a): State<Arc<Admin>>, Path(queue): Path<String>) -> Response {
+async fn pause(State(a): State<Arc<Admin>>, QueueName(queue): QueueName) -> Response {
     set_paused(&a, &queue, true).await
 }
 
-async fn resume(State(a): State<Arc<Admin>>, Path(queue): Path<String>) -> Response {
+async fn resume(State(a): State<Arc<Admin>>, QueueName(queue): QueueName) -> Response {
     set_paused(&a, &queue, false).await
 }
 
 /// Store the pause in the broker, then take it on this host at once (the
 /// others read it within their next poll).
 async fn set_paused(a: &Admin, queue: &str, paused: bool) -> Response {
-    if let Some(bad) = unnamable(queue) {
-        return bad;
-    }
     if let Err(e) = a.broker.set_paused(queue, paused).await {
         let verb = if paused { "pause" } else { "resume" };
         return unavailable(&format!("cannot {verb} queue {queue:?}"), &e);
@@ -198,12 +205,9 @@ async fn topics(State(a): State<Arc<Admin>>) -> Response {
 
 async fn dead_letters(
     State(a): State<Arc<Admin>>,
-    Path(queue): Path<String>,
+    QueueName(queue): QueueName,
     p: Params,
 ) -> Response {
-    if let Some(bad) = unnamable(&queue) {
-        return bad;
-    }
     let page = || -> Result<(usize, usize), Bad> {
         let p = params(p)?;
         only(&p, &["limit", "offset"])?;
@@ -236,11 +240,9 @@ async fn dead_letters(
 
 async fn dead_letter(
     State(a): State<Arc<Admin>>,
-    Path((queue, id)): Path<(String, String)>,
+    QueueName(queue): QueueName,
+    Path((_, id)): Path<(String, String)>,
 ) -> Response {
-    if let Some(bad) = unnamable(&queue) {
-        return bad;
-    }
     // No id holds a NUL, which PostgreSQL's text could not even look for.
     let found = if id.contains('\0') {
         Ok(None)
@@ -257,10 +259,7 @@ async fn dead_letter(
     }
 }
 
-async fn replay(State(a): State<Arc<Admin>>, Path(queue): Path<String>, p: Params) -> Response {
-    if let Some(bad) = unnamable(&queue) {
-        return bad;
-    }
+async fn replay(State(a): State<Arc<Admin>>, QueueName(queue): QueueName, p: Params) -> Response {
     let selector = || -> Result<ReplaySelector, Bad> {
         let p = params(p)?;
         only(&p, &["id", "older_than", "limit"])?;
@@ -292,10 +291,7 @@ async fn replay(State(a): State<Arc<Admin>>, Path(queue): Path<String>, p: Param
     }
 }
 
-async fn purge(State(a): State<Arc<Admin>>, Path(queue): Path<String>, p: Params) -> Response {
-    if let Some(bad) = unnamable(&queue) {
-        return bad;
-    }
+async fn purge(State(a): State<Arc<Admin>>, QueueName(queue): QueueName, p: Params) -> Response {
     if let Err(why) = params(p).and_then(|p| only(&p, &[])) {
         return bad_request(why);
     }
