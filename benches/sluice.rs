@@ -33,6 +33,10 @@ use sluice::runtime::{Deadline, Handler, Invocation, Runtime};
 use sluice::worker::{Dispatch, Observe, QueueWorker};
 use tokio::sync::watch;
 
+// The host's allocator (see src/main.rs), so the drains measure what runs.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 // The test suite's PostgreSQL servers: initdb into a temporary directory,
 // run as the `postgres` user when this is root.
 #[path = "sluice/limited.rs"]
