@@ -137,7 +137,7 @@ async fn hosts_starting_at_once_make_the_schema_once_and_a_newer_schema_is_refus
     }
     assert_eq!(
         server.psql("SELECT version FROM sluice.schema_version"),
-        "5"
+        "6"
     );
     // A second start finds it made and changes nothing.
     broker(&server).await;
@@ -156,7 +156,7 @@ async fn hosts_starting_at_once_make_the_schema_once_and_a_newer_schema_is_refus
         .await
         .unwrap();
     assert_eq!(other.schema(), "jobs");
-    assert_eq!(server.psql("SELECT version FROM jobs.schema_version"), "5");
+    assert_eq!(server.psql("SELECT version FROM jobs.schema_version"), "6");
 }
 
 /// Version 1's definition of function `name`, from the file `sql` that
@@ -169,10 +169,11 @@ fn v1_function(sql: &str, name: &str) -> String {
     sql[start..end].replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
 }
 
-/// Turn the schema of `server` back into version 1's: what versions 2, 3
-/// and 5 (`queue_v2.sql`, `queue_v3.sql`, `queue_v5.sql`) changed, undone
-/// with version 1's own SQL, done as the broker's role, which owns the
-/// schema. (Version 4's settings go with the functions made again.)
+/// Turn the schema of `server` back into version 1's: what versions 2, 3,
+/// 5 and 6 (`queue_v2.sql`, `queue_v3.sql`, `queue_v5.sql`,
+/// `queue_v6.sql`) changed, undone with version 1's own SQL, done as the
+/// broker's role, which owns the schema. (Version 4's settings go with the
+/// functions made again.)
 fn back_to_version_1(server: &PgServer) {
     let queue = include_str!("../../src/broker/postgres/queue.sql");
     let groups = include_str!("../../src/broker/postgres/groups.sql");
@@ -231,7 +232,7 @@ async fn a_version_1_schema_is_upgraded_in_place_and_its_leases_still_settle() {
     let b = broker(&server).await;
     assert_eq!(
         server.psql("SELECT version FROM sluice.schema_version"),
-        "5"
+        "6"
     );
     // Version 1's functions, made again by the upgrade, plan each call for
     // its batch too.

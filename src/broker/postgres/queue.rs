@@ -37,6 +37,11 @@ pub(super) const SCHEMA_V4: &str = include_str!("queue_v4.sql");
 /// the leased rows, not through its delayed ones (`queue_v5.sql`).
 pub(super) const SCHEMA_V5: &str = include_str!("queue_v5.sql");
 
+/// Version 6: a retry, defer or snooze applies only to a row still leased,
+/// so that a batch written again after its reply was lost applies none of
+/// them twice (`queue_v6.sql`).
+pub(super) const SCHEMA_V6: &str = include_str!("queue_v6.sql");
+
 /// Lease up to $2 due messages of queue $1 for $3 ms, with `lease_due`
 /// (`queue_v3.sql`). A row whose lease ran out gets the lease-expired text
 /// ($4, with its attempt number in place of `u32::MAX`) as its last error.

@@ -568,12 +568,13 @@ fn settle_done(
 }
 
 /// Make a leased message due again at `at` with its error; false when the
-/// lease was lost.
+/// lease was lost, or this delivery's settlement was applied already (the
+/// row keeps its receipt until it is leased again).
 fn put_back(conn: &Connection, d: &Delivery, at: i64, error: &str) -> Result<bool> {
     let n = conn
         .prepare_cached(
             "UPDATE messages SET leased = 0, visible_at = ?3, last_error = ?4
-             WHERE id = ?1 AND receipt = ?2",
+             WHERE id = ?1 AND receipt = ?2 AND leased = 1",
         )
         .and_then(|mut s| s.execute(params![d.id, d.receipt, at, error]))
         .map_err(classify)?;
@@ -581,13 +582,14 @@ fn put_back(conn: &Connection, d: &Delivery, at: i64, error: &str) -> Result<boo
 }
 
 /// Make a leased message due again at `at`, giving back its attempt and
-/// adding `snoozes` to its snoozes; false when the lease was lost.
+/// adding `snoozes` to its snoozes; false when the lease was lost, or this
+/// delivery's settlement was applied already.
 fn defer(conn: &Connection, d: &Delivery, at: i64, snoozes: u32) -> Result<bool> {
     let n = conn
         .prepare_cached(
             "UPDATE messages SET leased = 0, visible_at = ?3, attempt = MAX(attempt - 1, 0),
              snoozes = snoozes + ?4
-             WHERE id = ?1 AND receipt = ?2",
+             WHERE id = ?1 AND receipt = ?2 AND leased = 1",
         )
         .and_then(|mut s| s.execute(params![d.id, d.receipt, at, snoozes]))
         .map_err(classify)?;

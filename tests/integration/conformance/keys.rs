@@ -152,7 +152,96 @@ pub async fn the_client_publishes_with_options(b: Arc<dyn Broker>) {
     }
 }
 
+/// A batch of settlements written again after its reply was lost (the
+/// broker had applied it: the connection dropped after the commit, and the
+/// worker writes a batch again until the broker takes it) applies nothing
+/// twice: the retry is counted once, the defer gives back one attempt, the
+/// dead letter and the dones stay one each. The broker cannot tell the
+/// second write from deliveries that lost their leases, so each of its
+/// settlements is refused and counted as one (as the README says).
+pub async fn a_settle_written_again_applies_nothing_twice(b: Arc<dyn Broker>) {
+    b.publish(vec![
+        msg("q", "a"),
+        msg("q", "b"),
+        msg("q", "c"),
+        msg("q", "d"),
+        msg("q", "e"),
+    ])
+    .await
+    .unwrap();
+    let mut ds = receive_n(&*b, "q", 5).await;
+    ds.sort_by(|x, y| x.payload.cmp(&y.payload));
+    // "e" is on its second attempt when it is deferred.
+    let e = ds.pop().unwrap();
+    b.settle(&[Settlement::Retry {
+        delivery: e,
+        delay: Duration::ZERO,
+        error: "first".into(),
+        key: None,
+    }])
+    .await
+    .unwrap();
+    let e = receive_one(&*b, "q", LEASE).await;
+    assert_eq!((e.payload.as_slice(), e.attempt), (&b"e"[..], 2));
+    let claim = KeyClaim {
+        key: "k".into(),
+        holder: ds[0].receipt.clone(),
+    };
+    let taken = b.claim("q", &[claim], LEASE).await.unwrap();
+    assert_eq!(taken, [ClaimState::Acquired]);
+    let batch = vec![
+        Settlement::Done {
+            delivery: ds[0].clone(),
+            key: Some(("k".to_string(), Duration::from_secs(60))),
+            publishes: vec![],
+        },
+        Settlement::Retry {
+            delivery: ds[1].clone(),
+            delay: Duration::from_secs(60),
+            error: "again".into(),
+            key: None,
+        },
+        Settlement::Dead {
+            delivery: ds[2].clone(),
+            reason: "r".into(),
+            error: None,
+            handler_version: None,
+            key: None,
+            notice: None,
+        },
+        Settlement::Done {
+            delivery: ds[3].clone(),
+            key: None,
+            publishes: vec![],
+        },
+        Settlement::Defer {
+            delivery: e,
+            delay: Duration::ZERO,
+            key: None,
+        },
+    ];
+    b.settle(&batch).await.unwrap();
+    let once = b.queue_stats("q").await.unwrap();
+    assert_eq!(
+        (once.done, once.retried, once.dead, once.lost_leases),
+        (2, 2, 1, 0),
+        "{once:?}"
+    );
+    b.settle(&batch).await.unwrap();
+    let s = b.queue_stats("q").await.unwrap();
+    assert_eq!(
+        (s.done, s.duplicates, s.retried, s.dead, s.lost_leases),
+        (2, 0, 2, 1, 5),
+        "{s:?}"
+    );
+    assert_eq!((s.ready, s.delayed, s.in_flight), (1, 1, 0), "{s:?}");
+    // The deferred message gave back its second attempt, and only that.
+    let again = receive_one(&*b, "q", LEASE).await;
+    assert_eq!((again.payload.as_slice(), again.attempt), (&b"e"[..], 2));
+}
+
 on_every_backend!(broker:
+    a_settle_written_again_applies_nothing_twice,
     a_late_plain_done_is_refused,
     a_done_stalled_past_its_lease_is_counted_once,
     a_key_is_held_by_one_delivery_at_a_time,
