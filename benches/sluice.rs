@@ -11,7 +11,8 @@
 //!                     restart
 //!   --rounds N        rounds of the metrics-cost drains (default 1): reuse
 //!                     with metrics off, on, and scraped, in rotating order
-//!                     each round; the medians of the per-round ratios
+//!                     each round; the medians of the per-round ratios. The
+//!                     latency section runs its handlers N times alike
 //!
 //! Every figure that has a target is printed next to a baseline measured in
 //! the same run (a native no-op handler over the same broker code), because
@@ -1088,7 +1089,7 @@ fn main() {
             bench_batches(&runtime, 5_000).await;
         }
         if run("latency") {
-            latency::bench(&runtime).await;
+            latency::bench(&runtime, args.rounds).await;
         }
         if run("restart") {
             // The largest guest in guests/ (Python orders), and the Rust ones.
@@ -1284,11 +1285,15 @@ mod latency {
     }
 
     /// Each handler's maximum rate over `name`'s broker, then its latencies
-    /// at 50% and 80% of it.
+    /// at 50% and 80% of it; `rounds` times, the handlers in a rotated
+    /// order each round (so that a drifting machine weighs on each alike),
+    /// then each Wasm handler's p99 at 50% load against native's of the
+    /// same round: the median over the rounds, and every round's.
     async fn on(
         runtime: &Runtime,
         name: &str,
         base: Settings,
+        rounds: usize,
         mut fresh_broker: impl AsyncFnMut() -> Arc<dyn Broker>,
     ) {
         let spec = tuned(
@@ -1297,61 +1302,88 @@ mod latency {
                 .clone(),
             base,
         );
-        let mut p99_at_half = Vec::new();
-        for label in ["native", "hello fresh", "hello reuse"] {
-            let dispatch: Arc<dyn Dispatch> = match label {
-                "native" => Arc::new(NativeNoop),
-                "hello fresh" => Arc::new(super::load(runtime, "hello", InstanceMode::Fresh)),
-                _ => Arc::new(super::load(runtime, "hello", InstanceMode::Reuse)),
-            };
-            let max = drain(
-                &format!("{name} {label}"),
-                fresh_broker().await,
-                dispatch.clone(),
-                spec.clone(),
-                DRAIN,
-                Observed::Off,
-            )
-            .await
-            .rate;
-            for share in [0.5, 0.8] {
-                let rate = max * share;
-                let p = load(fresh_broker().await, dispatch.clone(), spec.clone(), rate).await;
-                println!(
-                    "latency {name:<6} {label:<12} {:>3.0}% ({rate:>7.0} msg/s): p50 {:>7.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  ({} messages)",
-                    share * 100.0,
-                    p.p50,
-                    p.p99,
-                    p.p999,
-                    p.count
-                );
-                if share == 0.5 {
-                    p99_at_half.push((label, p.p99));
+        let handlers: [(&str, Arc<dyn Dispatch>); 3] = [
+            ("native", Arc::new(NativeNoop)),
+            (
+                "hello fresh",
+                Arc::new(super::load(runtime, "hello", InstanceMode::Fresh)),
+            ),
+            (
+                "hello reuse",
+                Arc::new(super::load(runtime, "hello", InstanceMode::Reuse)),
+            ),
+        ];
+        // Per round, each handler's p99 at 50% load, in `handlers` order.
+        let mut p99s = Vec::with_capacity(rounds);
+        for round in 0..rounds {
+            let mut p99_at_half = [0.0; 3];
+            for k in 0..handlers.len() {
+                let i = (k + round) % handlers.len();
+                let (label, dispatch) = &handlers[i];
+                let max = drain(
+                    &format!("{name} {label}"),
+                    fresh_broker().await,
+                    dispatch.clone(),
+                    spec.clone(),
+                    DRAIN,
+                    Observed::Off,
+                )
+                .await
+                .rate;
+                for share in [0.5, 0.8] {
+                    let rate = max * share;
+                    let p = load(fresh_broker().await, dispatch.clone(), spec.clone(), rate).await;
+                    println!(
+                        "latency {name:<6} {label:<12} {:>3.0}% ({rate:>7.0} msg/s): p50 {:>7.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  ({} messages)",
+                        share * 100.0,
+                        p.p50,
+                        p.p99,
+                        p.p999,
+                        p.count
+                    );
+                    if share == 0.5 {
+                        p99_at_half[i] = p.p99;
+                    }
                 }
             }
+            p99s.push(p99_at_half);
         }
-        let native = p99_at_half[0].1;
-        for (label, p99) in &p99_at_half[1..] {
+        for (i, (label, _)) in handlers.iter().enumerate().skip(1) {
+            let mut ratios: Vec<f64> = p99s.iter().map(|p| p[i] / p[0]).collect();
+            let each = ratios
+                .iter()
+                .map(|r| format!("{r:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            ratios.sort_by(f64::total_cmp);
+            let median = ratios[ratios.len() / 2];
+            let of = if rounds == 1 {
+                String::new()
+            } else {
+                format!("; median of {rounds} rounds: {each}")
+            };
             println!(
-                "ratio   {name} {label}: p99 at 50% load is {:.2} × native's (target ≤ 1.10 ×)",
-                p99 / native
+                "ratio   {name} {label}: p99 at 50% load is {median:.2} × native's (target ≤ 1.10 ×{of})"
             );
         }
     }
 
-    pub async fn bench(runtime: &Runtime) {
+    pub async fn bench(runtime: &Runtime, rounds: usize) {
         let defaults = Settings {
             concurrency: None,
             prefetch: None,
         };
-        on(runtime, "sqlite", defaults, async || temp_sqlite()).await;
+        on(runtime, "sqlite", defaults, rounds, async || temp_sqlite()).await;
         let server = RedisProcess::start();
         REDIS_URL.with(|u| *u.borrow_mut() = Some(server.url.clone()));
         let fast = Settings {
             concurrency: Some(64),
             prefetch: Some(4096),
         };
-        on(runtime, "redis", fast, async || server.fresh_broker().await).await;
+        on(runtime, "redis", fast, rounds, async || {
+            server.fresh_broker().await
+        })
+        .await;
         REDIS_URL.with(|u| *u.borrow_mut() = None);
     }
 }
