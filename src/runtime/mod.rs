@@ -9,7 +9,9 @@ use std::sync::atomic::AtomicUsize;
 
 use anyhow::Result;
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{
+    Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ProfilingStrategy,
+};
 
 use crate::host::{HostState, LiveCount, LiveInstance};
 use crate::wit;
@@ -57,7 +59,8 @@ impl Runtime {
         config
             .epoch_interruption(true)
             .wasm_component_model(true)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+            .profiler(profiler()?);
         let engine = Engine::new(&config)
             .map_err(|e| anyhow::Error::from(e).context("cannot create the WebAssembly engine"))?;
         let mut linker = Linker::new(&engine);
@@ -156,6 +159,26 @@ fn pool_config() -> Result<PoolingAllocationConfig> {
             .table_keep_resident(1 << 16);
     }
     Ok(pool)
+}
+
+/// How the handlers' compiled code is made known to a profiler:
+/// `SLUICE_PROFILE=perfmap` writes each function's address and name to
+/// `/tmp/perf-PID.map` (logged), which `perf report` reads to name the
+/// handlers' functions; unset or `off`, nothing (the default).
+fn profiler() -> Result<ProfilingStrategy> {
+    match std::env::var("SLUICE_PROFILE").as_deref() {
+        Err(_) | Ok("off") => Ok(ProfilingStrategy::None),
+        Ok("perfmap") => {
+            tracing::info!(
+                map = %format!("/tmp/perf-{}.map", std::process::id()),
+                "SLUICE_PROFILE=perfmap: the handlers' functions are named for perf in the map file"
+            );
+            Ok(ProfilingStrategy::PerfMap)
+        }
+        Ok(other) => anyhow::bail!(
+            "SLUICE_PROFILE is {other:?}: set it to \"perfmap\" (name the handlers' functions for perf in /tmp/perf-PID.map) or \"off\" (the default), or unset it"
+        ),
+    }
 }
 
 /// Whether a fresh instance's memory is reset from the pages found

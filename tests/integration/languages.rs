@@ -478,3 +478,67 @@ fn an_unknown_pagemap_scan_setting_is_refused() {
         "{stderr}"
     );
 }
+
+/// With `SLUICE_PROFILE=perfmap` the host names every compiled function of
+/// its handlers in `/tmp/perf-PID.map`, the file its log names, for `perf
+/// report`; the handler runs as without it.
+#[test]
+fn a_perf_map_names_the_handlers_functions() {
+    let env = Env::new();
+    std::fs::copy(component("rust", "hello"), env.handlers.join("hello.wasm")).unwrap();
+    env.send("hello", "profiled", &[]);
+    let log = env.run_until_idle_with(&[("SLUICE_PROFILE", "perfmap")]);
+    assert!(
+        log.contains("hello from sluice: message"),
+        "the handler ran: {log}"
+    );
+    let line = lines_with(&log, "SLUICE_PROFILE=perfmap")
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("the map is logged: {log}"));
+    let path = line
+        .split("map=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the map's path")
+        .to_string();
+    assert!(path.starts_with("/tmp/perf-"), "{line}");
+    let map = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let _ = std::fs::remove_file(&path);
+    // `perf`'s format: start address and size in hex, then the name.
+    let functions: Vec<&str> = map
+        .lines()
+        .filter(|l| {
+            let mut fields = l.splitn(3, ' ');
+            let start = fields.next().unwrap_or("");
+            let size = fields.next().unwrap_or("");
+            let name = fields.next().unwrap_or("");
+            start.starts_with("0x")
+                && u64::from_str_radix(size, 16).is_ok_and(|n| n > 0)
+                && name.starts_with("wasm[")
+                && name.contains("::function[")
+        })
+        .collect();
+    assert!(
+        functions.len() >= 10,
+        "the guest's functions are in {path}: {} of {} lines",
+        functions.len(),
+        map.lines().count()
+    );
+}
+
+/// A value of `SLUICE_PROFILE` other than `perfmap` or `off` is refused,
+/// with the variable named.
+#[test]
+fn an_unknown_profile_setting_is_refused() {
+    let env = Env::new();
+    let mut cmd = env.command(&["check", component("rust", "hello").to_str().unwrap()]);
+    cmd.env("SLUICE_PROFILE", "jitdump");
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(r#"SLUICE_PROFILE is "jitdump": set it to "perfmap""#),
+        "{stderr}"
+    );
+}
