@@ -820,10 +820,6 @@ async fn metrics_cost(
             ratios[i].1.push(d.cpu_per_msg / off.cpu_per_msg);
         }
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     for ((mode, _), (rate, cpu)) in observed.iter().zip(&mut ratios) {
         let label = format!("{name} hello reuse+{mode}");
         println!(
@@ -833,6 +829,13 @@ async fn metrics_cost(
             if rounds == 1 { "" } else { "s" }
         );
     }
+}
+
+/// The median of per-round ratios (the upper one of an even count),
+/// sorting them.
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 /// What carrying the trace context costs per delivery with export off (as
@@ -1355,8 +1358,7 @@ mod latency {
                 .map(|r| format!("{r:.2}"))
                 .collect::<Vec<_>>()
                 .join(", ");
-            ratios.sort_by(f64::total_cmp);
-            let median = ratios[ratios.len() / 2];
+            let median = median(&mut ratios);
             let of = if rounds == 1 {
                 String::new()
             } else {
