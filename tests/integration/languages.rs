@@ -461,21 +461,26 @@ fn fresh_instances_start_clean_without_the_pagemap_scan() {
     }
 }
 
+/// `sluice check` with the environment variable `var` set to `value`
+/// fails, and its error says `message`.
+fn refused_setting(var: &str, value: &str, message: &str) {
+    let env = Env::new();
+    let mut cmd = env.command(&["check", component("rust", "hello").to_str().unwrap()]);
+    cmd.env(var, value);
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains(message), "{stderr}");
+}
+
 /// A value of `SLUICE_PAGEMAP_SCAN` other than `auto` or `off` is refused,
 /// with the variable named.
 #[test]
 fn an_unknown_pagemap_scan_setting_is_refused() {
-    let env = Env::new();
-    let mut cmd = env.command(&["check", component("rust", "hello").to_str().unwrap()]);
-    cmd.env("SLUICE_PAGEMAP_SCAN", "no");
-    let out = run_with_deadline(cmd, Duration::from_secs(60));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains(
-            r#"SLUICE_PAGEMAP_SCAN is "no": set it to "auto" (the default) or "off", or unset it"#
-        ),
-        "{stderr}"
+    refused_setting(
+        "SLUICE_PAGEMAP_SCAN",
+        "no",
+        r#"SLUICE_PAGEMAP_SCAN is "no": set it to "auto" (the default) or "off", or unset it"#,
     );
 }
 
@@ -531,14 +536,9 @@ fn a_perf_map_names_the_handlers_functions() {
 /// with the variable named.
 #[test]
 fn an_unknown_profile_setting_is_refused() {
-    let env = Env::new();
-    let mut cmd = env.command(&["check", component("rust", "hello").to_str().unwrap()]);
-    cmd.env("SLUICE_PROFILE", "jitdump");
-    let out = run_with_deadline(cmd, Duration::from_secs(60));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains(r#"SLUICE_PROFILE is "jitdump": set it to "perfmap""#),
-        "{stderr}"
+    refused_setting(
+        "SLUICE_PROFILE",
+        "jitdump",
+        r#"SLUICE_PROFILE is "jitdump": set it to "perfmap""#,
     );
 }
