@@ -128,7 +128,7 @@ mod tests {
 
     #[test]
     fn sweep_deletes_only_expired_entries() {
-        let conn = Connection::open_in_memory().unwrap();
+        let conn = crate::broker::sqlite::connect(":memory:".as_ref()).unwrap();
         conn.execute_batch(SCHEMA).unwrap();
         let now = now_ms();
         for (key, expires) in [

@@ -133,7 +133,7 @@ mod tests {
     async fn a_version_1_file_opens_with_its_messages_and_dead_letters() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("old.db");
-        Connection::open(&path)
+        crate::broker::sqlite::connect(&path)
             .unwrap()
             .execute_batch(VERSION_1)
             .unwrap();
@@ -164,7 +164,7 @@ mod tests {
         drop(broker);
 
         // Opening it again finds nothing left to add.
-        let conn = Connection::open(&path).unwrap();
+        let conn = crate::broker::sqlite::connect(&path).unwrap();
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
@@ -183,7 +183,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("new.db");
         let newer = VERSION + 1;
-        Connection::open(&path)
+        crate::broker::sqlite::connect(&path)
             .unwrap()
             .pragma_update(None, "user_version", newer)
             .unwrap();
@@ -193,7 +193,7 @@ mod tests {
             .to_string();
         assert!(err.contains(&path.display().to_string()), "{err}");
         assert!(err.contains(&format!("schema version is {newer}")), "{err}");
-        let version: i64 = Connection::open(&path)
+        let version: i64 = crate::broker::sqlite::connect(&path)
             .unwrap()
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();

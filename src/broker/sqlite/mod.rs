@@ -33,6 +33,7 @@ use crate::message::now_ms;
 mod dead;
 mod groups;
 mod kv;
+mod memory;
 mod migrate;
 mod presence;
 mod queue;
@@ -131,7 +132,7 @@ impl SqliteBroker {
 
 /// A connection for reads only.
 fn open_reader(path: &Path) -> Result<Connection> {
-    let conn = Connection::open(path).map_err(classify)?;
+    let conn = connect(path).map_err(classify)?;
     conn.busy_timeout(Duration::from_secs(10))
         .map_err(classify)?;
     conn.pragma_update(None, "query_only", true)
@@ -200,8 +201,16 @@ fn transient(e: &rusqlite::Error) -> bool {
     )
 }
 
+/// A connection to `path`, opened once SQLite's allocator is set (see
+/// `memory.rs`). Every connection of this broker, and of its tests, is
+/// opened here.
+fn connect(path: &Path) -> rusqlite::Result<Connection> {
+    memory::use_jemalloc();
+    Connection::open(path)
+}
+
 fn open_connection(path: &Path) -> anyhow::Result<Connection> {
-    let conn = Connection::open(path)?;
+    let conn = connect(path)?;
     conn.busy_timeout(Duration::from_secs(10))?;
     // WAL: readers never block the writer. synchronous=FULL: a commit is on
     // disk before anyone is told it happened, so an acknowledged send or ack
