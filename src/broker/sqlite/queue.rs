@@ -676,17 +676,26 @@ fn record_done(
     retention: Duration,
     now: i64,
 ) -> Result<bool> {
-    let done_until: Option<i64> = conn
-        .prepare_cached("SELECT expires_at FROM keys WHERE queue = ?1 AND key = ?2 AND done = 1")
-        .and_then(|mut s| s.query_row(params![d.queue, key], |r| r.get(0)).optional())
+    // One statement: the key's row is written in place unless it is done
+    // and not yet expired, which leaves it as it is and changes nothing.
+    let changed = conn
+        .prepare_cached(
+            "INSERT INTO keys (queue, key, done, holder, expires_at) VALUES (?1, ?2, 1, ?3, ?4)
+             ON CONFLICT (queue, key) DO UPDATE
+             SET done = 1, holder = excluded.holder, expires_at = excluded.expires_at
+             WHERE NOT (keys.done = 1 AND keys.expires_at > ?5)",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                d.queue,
+                key,
+                d.id,
+                now + retention.as_millis() as i64,
+                now
+            ])
+        })
         .map_err(classify)?;
-    if done_until.is_some_and(|expires| expires > now) {
-        return Ok(false);
-    }
-    conn.prepare_cached("INSERT OR REPLACE INTO keys (queue, key, done, holder, expires_at) VALUES (?1, ?2, 1, ?3, ?4)")
-        .and_then(|mut s| s.execute(params![d.queue, key, d.id, now + retention.as_millis() as i64]))
-        .map_err(classify)?;
-    Ok(true)
+    Ok(changed == 1)
 }
 
 fn release_key(conn: &Connection, d: &Delivery, key: Option<&str>) -> Result<()> {
