@@ -378,33 +378,35 @@ fn claim(
     lease: Duration,
 ) -> Result<Vec<ClaimState>> {
     let now = now_ms() as i64;
-    let mut get = conn
-        .prepare_cached("SELECT done, holder, expires_at FROM keys WHERE queue = ?1 AND key = ?2")
-        .map_err(classify)?;
-    let mut put = conn
+    // One statement takes a key that is free, expired, or held by this same
+    // delivery; a key it leaves as it is was done or held by another
+    // delivery, which only then is read to tell which.
+    let mut take = conn
         .prepare_cached(
-            "INSERT OR REPLACE INTO keys (queue, key, done, holder, expires_at) VALUES (?1, ?2, 0, ?3, ?4)",
+            "INSERT INTO keys (queue, key, done, holder, expires_at) VALUES (?1, ?2, 0, ?3, ?4)
+             ON CONFLICT (queue, key) DO UPDATE
+             SET done = 0, holder = excluded.holder, expires_at = excluded.expires_at
+             WHERE keys.expires_at <= ?5 OR (keys.done = 0 AND keys.holder = excluded.holder)",
         )
+        .map_err(classify)?;
+    let mut done = conn
+        .prepare_cached("SELECT done FROM keys WHERE queue = ?1 AND key = ?2")
         .map_err(classify)?;
     let lease_until = now + lease.as_millis() as i64;
     let mut out = Vec::with_capacity(claims.len());
     for c in claims {
-        let row: Option<(bool, String, i64)> = get
-            .query_row(params![queue, c.key], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
-            .optional()
+        let taken = take
+            .execute(params![queue, c.key, c.holder, lease_until, now])
             .map_err(classify)?;
-        let state = match row {
-            Some((true, _, expires)) if expires > now => ClaimState::AlreadyDone,
-            Some((false, holder, expires)) if expires > now && holder != c.holder => {
-                ClaimState::Busy
-            }
-            _ => {
-                put.execute(params![queue, c.key, c.holder, lease_until])
-                    .map_err(classify)?;
-                ClaimState::Acquired
-            }
+        let state = if taken == 1 {
+            ClaimState::Acquired
+        } else if done
+            .query_row(params![queue, c.key], |r| r.get::<_, bool>(0))
+            .map_err(classify)?
+        {
+            ClaimState::AlreadyDone
+        } else {
+            ClaimState::Busy
         };
         out.push(state);
     }
