@@ -50,7 +50,24 @@ type GroupError = Arc<rusqlite::Error>;
 type Reply = Box<dyn FnOnce(std::result::Result<(), GroupError>) + Send>;
 /// A job gets the connection inside its savepoint, or the error that kept
 /// the transaction from starting; either way it hands back how to answer.
-type Job = Box<dyn FnOnce(std::result::Result<&Connection, GroupError>) -> Reply + Send>;
+type Run = Box<dyn FnOnce(std::result::Result<&Connection, GroupError>) -> Reply + Send>;
+
+/// One caller's work on the broker thread.
+struct Job {
+    run: Run,
+    /// Whether the job's writes must be on disk before it is answered. Only
+    /// writes that matter while the hosts on this machine run need not be:
+    /// a lease (with the attempt it counts), its extension, a key claim.
+    /// A crash of the process loses no commit (it is in the kernel's
+    /// cache). A crash of the machine stops every host that shares the file
+    /// (a WAL file is never shared across machines), and an unsynced commit
+    /// it loses only gives back what that commit took: the message is due
+    /// again, at the attempt it had, and the key is free. A group of such
+    /// jobs commits without an fsync (`synchronous = NORMAL`); a group with
+    /// any other job commits with one, and that fsync puts every commit
+    /// before it on disk too.
+    synced: bool,
+}
 
 /// The embedded broker: a handle to the thread that owns the SQLite file.
 /// Every role's calls become jobs on that thread, committed in groups.
@@ -90,7 +107,20 @@ impl SqliteBroker {
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R> + Send + 'static,
     {
-        let (job, rx) = job(f);
+        self.send(job(f, true)).await
+    }
+
+    /// [`call`](Self::call) for writes that need not reach the disk before
+    /// they are answered (see [`Job::synced`]).
+    async fn call_unsynced<R, F>(&self, f: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R> + Send + 'static,
+    {
+        self.send(job(f, false)).await
+    }
+
+    async fn send<R>(&self, (job, rx): (Job, oneshot::Receiver<Result<R>>)) -> Result<R> {
         let stopped = || BrokerError::Unavailable {
             context: "the SQLite broker thread has stopped".into(),
             source: None,
@@ -141,13 +171,13 @@ fn open_reader(path: &Path) -> Result<Connection> {
 }
 
 /// `f` as a job, and where its answer will come.
-fn job<R, F>(f: F) -> (Job, oneshot::Receiver<Result<R>>)
+fn job<R, F>(f: F, synced: bool) -> (Job, oneshot::Receiver<Result<R>>)
 where
     R: Send + 'static,
     F: FnOnce(&Connection) -> Result<R> + Send + 'static,
 {
     let (tx, rx) = oneshot::channel::<Result<R>>();
-    let job: Job = Box::new(move |conn| {
+    let run: Run = Box::new(move |conn| {
         let outcome = match conn {
             Ok(conn) => in_savepoint(conn, f),
             Err(e) => Err(classify_group("beginning a transaction", e)),
@@ -162,7 +192,7 @@ where
             let _ = tx.send(answer);
         })
     });
-    (job, rx)
+    (Job { run, synced }, rx)
 }
 
 /// A SQLite error as a broker error: a file that is busy, locked, read-only,
@@ -215,7 +245,8 @@ fn open_connection(path: &Path) -> anyhow::Result<Connection> {
     // WAL: readers never block the writer. synchronous=FULL: a commit is on
     // disk before anyone is told it happened, so an acknowledged send or ack
     // survives power loss as well as a killed process. Group commit keeps the
-    // cost of that to one fsync per batch.
+    // cost of that to one fsync per batch; groups of leases and key claims
+    // alone commit without one (see `Job::synced`).
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     migrate::prepare(&conn)?;
@@ -242,6 +273,9 @@ fn in_savepoint<R>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<R>) 
 
 fn run_jobs(conn: Connection, rx: mpsc::Receiver<Job>) {
     let mut last_sweep = Instant::now();
+    // The connection's `synchronous` level: FULL as it was opened, or
+    // NORMAL; None when setting it failed and it is not known.
+    let mut synced_now = Some(true);
     while let Ok(first) = rx.recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
@@ -254,8 +288,38 @@ fn run_jobs(conn: Connection, rx: mpsc::Receiver<Job>) {
         if sweep_now {
             last_sweep = Instant::now();
         }
+        let synced = group.iter().any(|j| j.synced);
+        if let Err(e) = set_synchronous(&conn, synced, &mut synced_now) {
+            // Nothing commits at a level it was not meant for: the jobs
+            // answer with the error, and the callers try again.
+            let e = Arc::new(e);
+            for job in group {
+                (job.run)(Err(e.clone()))(Ok(()));
+            }
+            continue;
+        }
         run_group(&conn, group, sweep_now);
     }
+}
+
+/// Make the connection commit with an fsync (`synchronous = FULL`) when
+/// `synced`, and without one (`NORMAL`) otherwise, unless `now` says it
+/// already does; `now` is then what is set, or None when setting failed.
+fn set_synchronous(
+    conn: &Connection,
+    synced: bool,
+    now: &mut Option<bool>,
+) -> rusqlite::Result<()> {
+    if *now == Some(synced) {
+        return Ok(());
+    }
+    let level = if synced { "FULL" } else { "NORMAL" };
+    let set = conn.pragma_update(None, "synchronous", level);
+    if let Err(e) = &set {
+        tracing::error!(error = %e, level, "SQLite broker could not set synchronous");
+    }
+    *now = set.is_ok().then_some(synced);
+    set
 }
 
 /// Run `group` in one transaction, or in as many as errors make it take,
@@ -271,12 +335,12 @@ fn run_group(conn: &Connection, group: Vec<Job>, sweep_now: bool) {
             if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
                 tracing::error!(error = %e, "SQLite broker could not begin a transaction");
                 // The job answers with this error; there is nothing to commit.
-                job(Err(Arc::new(e)))(Ok(()));
+                (job.run)(Err(Arc::new(e)))(Ok(()));
                 continue;
             }
             in_transaction = true;
         }
-        let reply = job(Ok(conn));
+        let reply = (job.run)(Ok(conn));
         if conn.is_autocommit() {
             let lost = Arc::new(rolled_back());
             for earlier in open.drain(..) {
@@ -354,14 +418,17 @@ mod tests {
 
     /// A job that stores `value` under `key` in the key-value table.
     fn put(key: usize, value: Vec<u8>) -> (Job, oneshot::Receiver<Result<()>>) {
-        job(move |c| {
-            c.execute(
-                "INSERT INTO kv (scope, key, value) VALUES ('t', ?1, ?2)",
-                params![key.to_string(), value],
-            )
-            .map_err(classify)?;
-            Ok(())
-        })
+        job(
+            move |c| {
+                c.execute(
+                    "INSERT INTO kv (scope, key, value) VALUES ('t', ?1, ?2)",
+                    params![key.to_string(), value],
+                )
+                .map_err(classify)?;
+                Ok(())
+            },
+            true,
+        )
     }
 
     fn written(conn: &Connection, key: usize) -> bool {
@@ -393,11 +460,50 @@ mod tests {
             .collect()
     }
 
+    /// The `synchronous` level each of `jobs` (true: synced) commits at,
+    /// run by the broker thread's loop as one group.
+    fn levels_in_one_group(jobs: &[bool]) -> Vec<i64> {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_connection(&dir.path().join("b.db")).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let answers: Vec<_> = jobs
+            .iter()
+            .map(|&synced| {
+                let (job, answer) = job(
+                    |c| {
+                        c.query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0))
+                            .map_err(classify)
+                    },
+                    synced,
+                );
+                tx.send(job).unwrap();
+                answer
+            })
+            .collect();
+        drop(tx);
+        // Every job is waiting before the loop starts, so they make one
+        // group, and the loop ends when the channel is empty.
+        run_jobs(conn, rx);
+        answers
+            .into_iter()
+            .map(|mut a| a.try_recv().unwrap().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_group_commits_without_fsync_only_when_no_job_needs_one() {
+        const NORMAL: i64 = 1;
+        const FULL: i64 = 2;
+        assert_eq!(levels_in_one_group(&[false, false]), [NORMAL, NORMAL]);
+        assert_eq!(levels_in_one_group(&[false, true]), [FULL, FULL]);
+        assert_eq!(levels_in_one_group(&[true]), [FULL]);
+    }
+
     #[test]
     fn a_job_that_rolls_the_transaction_back_takes_only_what_came_before() {
         let dir = tempfile::tempdir().unwrap();
         let conn = open_connection(&dir.path().join("b.db")).unwrap();
-        let rollback = job(|c| c.execute_batch("ROLLBACK").map_err(classify));
+        let rollback = job(|c| c.execute_batch("ROLLBACK").map_err(classify), true);
         let jobs = vec![
             put(0, vec![1]),
             put(1, vec![1]),

@@ -78,7 +78,7 @@ impl Queue for SqliteBroker {
         flow: Flow,
     ) -> Result<Vec<Delivery>> {
         let queue = queue.to_string();
-        self.call(move |conn| receive(conn, &queue, max, lease, flow))
+        self.call_unsynced(move |conn| receive(conn, &queue, max, lease, flow))
             .await
     }
 
@@ -90,7 +90,7 @@ impl Queue for SqliteBroker {
     ) -> Result<Vec<ClaimState>> {
         let queue = queue.to_string();
         let claims = claims.to_vec();
-        self.call(move |conn| claim(conn, &queue, &claims, lease))
+        self.call_unsynced(move |conn| claim(conn, &queue, &claims, lease))
             .await
     }
 
@@ -105,7 +105,7 @@ impl Queue for SqliteBroker {
 
     async fn extend(&self, queue: &str, leases: &[Lease], lease: Duration) -> Result<Vec<bool>> {
         let (queue, leases) = (queue.to_string(), leases.to_vec());
-        self.call(move |conn| extend(conn, &queue, &leases, lease))
+        self.call_unsynced(move |conn| extend(conn, &queue, &leases, lease))
             .await
     }
 
