@@ -62,10 +62,10 @@ struct Job {
     /// cache). A crash of the machine stops every host that shares the file
     /// (a WAL file is never shared across machines), and an unsynced commit
     /// it loses only gives back what that commit took: the message is due
-    /// again, at the attempt it had, and the key is free. A group of such
-    /// jobs commits without an fsync (`synchronous = NORMAL`); a group with
-    /// any other job commits with one, and that fsync puts every commit
-    /// before it on disk too.
+    /// again, at the attempt it had, and the key is free. Of each group,
+    /// such jobs commit first, in a transaction of their own, without an
+    /// fsync (`synchronous = NORMAL`), and are answered; the other jobs
+    /// then commit with one, which puts every commit before it on disk too.
     synced: bool,
 }
 
@@ -245,8 +245,8 @@ fn open_connection(path: &Path) -> anyhow::Result<Connection> {
     // WAL: readers never block the writer. synchronous=FULL: a commit is on
     // disk before anyone is told it happened, so an acknowledged send or ack
     // survives power loss as well as a killed process. Group commit keeps the
-    // cost of that to one fsync per batch; groups of leases and key claims
-    // alone commit without one (see `Job::synced`).
+    // cost of that to one fsync per batch; leases and key claims commit
+    // without one (see `Job::synced`).
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     migrate::prepare(&conn)?;
@@ -288,17 +288,27 @@ fn run_jobs(conn: Connection, rx: mpsc::Receiver<Job>) {
         if sweep_now {
             last_sweep = Instant::now();
         }
-        let synced = group.iter().any(|j| j.synced);
-        if let Err(e) = set_synchronous(&conn, synced, &mut synced_now) {
-            // Nothing commits at a level it was not meant for: the jobs
-            // answer with the error, and the callers try again.
-            let e = Arc::new(e);
-            for job in group {
-                (job.run)(Err(e.clone()))(Ok(()));
+        // The jobs that need no fsync commit first, on their own, and are
+        // answered at once: a lease or a key claim never waits for the
+        // fsync of the sends and acks beside it (see `Job::synced`).
+        let (unsynced, synced): (Vec<Job>, Vec<Job>) = group.into_iter().partition(|j| !j.synced);
+        let parts: Vec<(Vec<Job>, bool)> = [(unsynced, false), (synced, true)]
+            .into_iter()
+            .filter(|(jobs, _)| !jobs.is_empty())
+            .collect();
+        let last = parts.len() - 1;
+        for (i, (jobs, level)) in parts.into_iter().enumerate() {
+            if let Err(e) = set_synchronous(&conn, level, &mut synced_now) {
+                // Nothing commits at a level it was not meant for: the jobs
+                // answer with the error, and the callers try again.
+                let e = Arc::new(e);
+                for job in jobs {
+                    (job.run)(Err(e.clone()))(Ok(()));
+                }
+                continue;
             }
-            continue;
+            run_group(&conn, jobs, sweep_now && i == last);
         }
-        run_group(&conn, group, sweep_now);
     }
 }
 
@@ -461,18 +471,23 @@ mod tests {
     }
 
     /// The `synchronous` level each of `jobs` (true: synced) commits at,
-    /// run by the broker thread's loop as one group.
-    fn levels_in_one_group(jobs: &[bool]) -> Vec<i64> {
+    /// and the order they ran in, run by the broker thread's loop as one
+    /// group.
+    fn levels_in_one_group(jobs: &[bool]) -> Vec<(i64, usize)> {
         let dir = tempfile::tempdir().unwrap();
         let conn = open_connection(&dir.path().join("b.db")).unwrap();
+        let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (tx, rx) = mpsc::channel();
         let answers: Vec<_> = jobs
             .iter()
             .map(|&synced| {
+                let ran = ran.clone();
                 let (job, answer) = job(
-                    |c| {
-                        c.query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0))
-                            .map_err(classify)
+                    move |c| {
+                        let level = c
+                            .query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0))
+                            .map_err(classify)?;
+                        Ok((level, ran.fetch_add(1, std::sync::atomic::Ordering::SeqCst)))
                     },
                     synced,
                 );
@@ -491,12 +506,19 @@ mod tests {
     }
 
     #[test]
-    fn a_group_commits_without_fsync_only_when_no_job_needs_one() {
+    fn the_jobs_that_need_no_fsync_commit_first_without_one() {
         const NORMAL: i64 = 1;
         const FULL: i64 = 2;
-        assert_eq!(levels_in_one_group(&[false, false]), [NORMAL, NORMAL]);
-        assert_eq!(levels_in_one_group(&[false, true]), [FULL, FULL]);
-        assert_eq!(levels_in_one_group(&[true]), [FULL]);
+        assert_eq!(
+            levels_in_one_group(&[false, false]),
+            [(NORMAL, 0), (NORMAL, 1)]
+        );
+        // Unsynced jobs run first, in their order, then the synced ones.
+        assert_eq!(
+            levels_in_one_group(&[true, false, true, false]),
+            [(FULL, 2), (NORMAL, 0), (FULL, 3), (NORMAL, 1)]
+        );
+        assert_eq!(levels_in_one_group(&[true]), [(FULL, 0)]);
     }
 
     #[test]
