@@ -291,13 +291,13 @@ fn run_jobs(conn: Connection, rx: mpsc::Receiver<Job>) {
         // The jobs that need no fsync commit first, on their own, and are
         // answered at once: a lease or a key claim never waits for the
         // fsync of the sends and acks beside it (see `Job::synced`).
+        // The key sweep goes with the last transaction.
         let (unsynced, synced): (Vec<Job>, Vec<Job>) = group.into_iter().partition(|j| !j.synced);
-        let parts: Vec<(Vec<Job>, bool)> = [(unsynced, false), (synced, true)]
-            .into_iter()
-            .filter(|(jobs, _)| !jobs.is_empty())
-            .collect();
-        let last = parts.len() - 1;
-        for (i, (jobs, level)) in parts.into_iter().enumerate() {
+        let sweep_first = sweep_now && synced.is_empty();
+        for (jobs, level, sweep) in [(unsynced, false, sweep_first), (synced, true, sweep_now)] {
+            if jobs.is_empty() {
+                continue;
+            }
             if let Err(e) = set_synchronous(&conn, level, &mut synced_now) {
                 // Nothing commits at a level it was not meant for: the jobs
                 // answer with the error, and the callers try again.
@@ -307,7 +307,7 @@ fn run_jobs(conn: Connection, rx: mpsc::Receiver<Job>) {
                 }
                 continue;
             }
-            run_group(&conn, jobs, sweep_now && i == last);
+            run_group(&conn, jobs, sweep);
         }
     }
 }
