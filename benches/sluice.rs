@@ -678,7 +678,7 @@ struct Settings {
 
 /// The handler settings of the drains: `base` (the defaults, or what a
 /// section chooses), unless `SLUICE_BENCH_PREFETCH` /
-/// `SLUICE_BENCH_CONCURRENCY` say otherwise.
+/// `SLUICE_BENCH_CONCURRENCY` / `SLUICE_BENCH_IDEMPOTENCY` say otherwise.
 fn tuned(mut spec: HandlerSpec, base: Settings) -> HandlerSpec {
     let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
     if let Some(c) = var("SLUICE_BENCH_CONCURRENCY").or(base.concurrency) {
@@ -687,7 +687,24 @@ fn tuned(mut spec: HandlerSpec, base: Settings) -> HandlerSpec {
     if let Some(p) = var("SLUICE_BENCH_PREFETCH").or(base.prefetch) {
         spec.prefetch = p;
     }
+    if let Some(on) = idempotency_setting() {
+        spec.idempotency.enabled = on;
+    }
     spec
+}
+
+/// `SLUICE_BENCH_IDEMPOTENCY=on|off`: whether the drains take and record
+/// idempotency keys, whatever the handler's sidecar says (on, the default,
+/// for `hello`). None when unset.
+fn idempotency_setting() -> Option<bool> {
+    match std::env::var("SLUICE_BENCH_IDEMPOTENCY").as_deref() {
+        Err(_) => None,
+        Ok("on") => Some(true),
+        Ok("off") => Some(false),
+        Ok(other) => panic!(
+            "SLUICE_BENCH_IDEMPOTENCY is {other:?}: set it to \"on\" or \"off\", or unset it"
+        ),
+    }
 }
 
 /// Every mode of [`drains`]: native, `hello` fresh and reuse, then reuse
@@ -718,8 +735,14 @@ async fn drains(
         base,
     );
     println!(
-        "drains  {name}: concurrency {}, prefetch {}",
-        spec.concurrency, spec.prefetch
+        "drains  {name}: concurrency {}, prefetch {}, idempotency {}",
+        spec.concurrency,
+        spec.prefetch,
+        if spec.idempotency.enabled {
+            "on"
+        } else {
+            "off"
+        }
     );
     let mut native = None;
     if wanted("native") {
