@@ -1168,7 +1168,7 @@ fn main() {
 /// native no-op, `hello` fresh and `hello` reuse.
 mod latency {
     use super::*;
-    use sluice::broker::{ClaimState, Flow, KeyClaim, Lease, Queue, Settlement};
+    use sluice::broker::{ClaimState, Flow, KeyClaim, KeyOf, Lease, Queue, Received, Settlement};
 
     /// How long each load runs, and how much of its start is left out.
     const LOAD: Duration = Duration::from_secs(4);
@@ -1206,6 +1206,21 @@ mod latency {
             lease: Duration,
         ) -> sluice::broker::Result<Vec<ClaimState>> {
             self.inner.claim(q, claims, lease).await
+        }
+        async fn receive_claiming(
+            &self,
+            q: &str,
+            max: usize,
+            lease: Duration,
+            flow: Flow,
+            key_of: &KeyOf,
+        ) -> sluice::broker::Result<Received> {
+            self.inner
+                .receive_claiming(q, max, lease, flow, key_of)
+                .await
+        }
+        fn claims_with_receive(&self) -> bool {
+            self.inner.claims_with_receive()
         }
         async fn settle(&self, settlements: &[Settlement]) -> sluice::broker::Result<()> {
             self.inner.settle(settlements).await?;

@@ -19,7 +19,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::broker::{
-    ClaimState, Flow, KeyClaim, OrderedGroups, Presence, Queue, QueueStats, Result, Settlement,
+    ClaimState, Flow, KeyClaim, KeyOf, OrderedGroups, Presence, Queue, QueueStats, Received,
+    Result, Settlement,
 };
 use crate::message::{Delivery, NewMessage};
 use crate::runtime::Failure;
@@ -440,6 +441,29 @@ impl Queue for Metered {
         let r = self.inner.claim(queue, claims, lease).await;
         self.metrics.broker_call("claim", started, &r);
         r
+    }
+
+    /// Timed as a `receive`: where the broker takes the keys in the same
+    /// step, there are no `claim` calls.
+    async fn receive_claiming(
+        &self,
+        queue: &str,
+        max: usize,
+        lease: Duration,
+        flow: Flow,
+        key_of: &KeyOf,
+    ) -> Result<Received> {
+        let started = Instant::now();
+        let r = self
+            .inner
+            .receive_claiming(queue, max, lease, flow, key_of)
+            .await;
+        self.metrics.broker_call("receive", started, &r);
+        r
+    }
+
+    fn claims_with_receive(&self) -> bool {
+        self.inner.claims_with_receive()
     }
 
     async fn settle(&self, settlements: &[Settlement]) -> Result<()> {

@@ -56,7 +56,8 @@ pub use presence::{
     fresh_statuses,
 };
 pub use queue::{
-    ClaimState, Flow, GroupSource, KeyClaim, Lease, OrderedGroups, Queue, Rate, Settlement,
+    ClaimState, Flow, GroupSource, KeyClaim, KeyOf, Lease, OrderedGroups, Queue, Rate, Received,
+    Settlement, claims_of,
 };
 pub use schedules::{LastTick, Schedules, Tick};
 pub use sqlite::SqliteBroker;

@@ -38,6 +38,42 @@ pub trait Queue: Send + Sync + 'static {
         lease: Duration,
     ) -> Result<Vec<ClaimState>>;
 
+    /// Lease as [`Queue::receive`] does, then take the idempotency key that
+    /// `key_of` gives each delivery (none where it gives `None`), held by
+    /// that delivery's receipt, as [`Queue::claim`] does. A broker that does
+    /// both in one step says so with [`Queue::claims_with_receive`], and a
+    /// worker then calls this rather than the two; by default it is the two
+    /// calls, one after the other, and a failed claim leaves the deliveries
+    /// leased, holding no key (`Received::claims` says why).
+    async fn receive_claiming(
+        &self,
+        queue: &str,
+        max: usize,
+        lease: Duration,
+        flow: Flow,
+        key_of: &KeyOf,
+    ) -> Result<Received> {
+        let deliveries = self.receive(queue, max, lease, flow).await?;
+        let keys: Vec<Option<String>> = deliveries.iter().map(|d| key_of(d)).collect();
+        let wanted = claims_of(&deliveries, &keys);
+        let claims = if wanted.is_empty() {
+            Ok(Vec::new())
+        } else {
+            self.claim(queue, &wanted, lease).await
+        };
+        Ok(Received {
+            deliveries,
+            keys,
+            claims,
+        })
+    }
+
+    /// Whether [`Queue::receive_claiming`] leases and takes keys in one
+    /// step: false unless the broker says so.
+    fn claims_with_receive(&self) -> bool {
+        false
+    }
+
     /// End leases. Every settlement is fenced by its delivery's receipt: one
     /// whose delivery lost its lease (the message was delivered again since,
     /// or is gone) is refused, applied in no part, and counted in
@@ -100,6 +136,36 @@ pub struct KeyClaim {
     /// Who takes it: the delivery's receipt, so that two deliveries of one
     /// message are two holders.
     pub holder: String,
+}
+
+/// What gives a delivery's idempotency key; `None`: it takes none.
+pub type KeyOf = std::sync::Arc<dyn Fn(&Delivery) -> Option<String> + Send + Sync>;
+
+/// Deliveries leased by [`Queue::receive_claiming`], with their keys.
+#[derive(Debug)]
+pub struct Received {
+    pub deliveries: Vec<Delivery>,
+    /// Each delivery's key, in the same order (`None`: it takes none).
+    pub keys: Vec<Option<String>>,
+    /// What taking the keys found, one answer per `Some` key, in order; an
+    /// error when they could not be taken (the deliveries are leased all
+    /// the same, and hold no key).
+    pub claims: Result<Vec<ClaimState>>,
+}
+
+/// The claims of `deliveries` whose `keys` are `Some`, held by their
+/// receipts, in order.
+pub fn claims_of(deliveries: &[Delivery], keys: &[Option<String>]) -> Vec<KeyClaim> {
+    deliveries
+        .iter()
+        .zip(keys)
+        .filter_map(|(d, k)| {
+            k.as_ref().map(|k| KeyClaim {
+                key: k.clone(),
+                holder: d.receipt.clone(),
+            })
+        })
+        .collect()
 }
 
 /// What came of a [`KeyClaim`].

@@ -1,5 +1,6 @@
 //! The admitter: turns away deliveries that must not reach the handler and
-//! takes the idempotency keys of the rest, one broker call per batch.
+//! takes the idempotency keys of the rest, one broker call per batch (or
+//! finds them taken with the leases, where the broker does both at once).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,9 +8,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::{Dispatch, Job, Leased, Settled, call};
-use crate::broker::{ClaimState, KeyClaim, Queue, Settlement};
+use crate::broker::{ClaimState, KeyClaim, KeyOf, Queue, Settlement};
 use crate::config::HandlerSpec;
 use crate::error::chain;
+use crate::message::Delivery;
 use crate::policy::{self, Decision};
 
 /// How long a delivery whose key is busy elsewhere, or could not be taken,
@@ -32,15 +34,28 @@ pub(super) async fn admit_loop(
     }
 }
 
+/// The idempotency key a delivery takes: none when it is over the attempt
+/// limit (the admitter dead-letters it without taking one), else the one
+/// its handler's `[idempotency]` gives, if any.
+pub(super) fn key_of(spec: Arc<HandlerSpec>) -> KeyOf {
+    Arc::new(move |d: &Delivery| {
+        if let Some(Decision::Dead { .. }) = policy::over_limit(d.attempt, &spec.retry) {
+            return None;
+        }
+        call::idempotency_key(d, &spec)
+    })
+}
+
 /// Turn away deliveries that must not reach the handler: over the attempt
 /// limit, or whose idempotency key is done or busy. Returns the rest.
 async fn admit(
     broker: &dyn Queue,
     spec: &HandlerSpec,
     dispatch: &dyn Dispatch,
-    batch: Leased,
+    leased: Leased,
     settle_tx: &mpsc::UnboundedSender<Settled>,
 ) -> Vec<Job> {
+    let Leased { batch, claimed } = leased;
     let mut runnable = Vec::with_capacity(batch.len());
     for (delivery, permit) in batch {
         let key = call::idempotency_key(&delivery, spec);
@@ -52,18 +67,22 @@ async fn admit(
         }
         runnable.push((delivery, key, permit));
     }
-    take_keys(broker, spec, runnable, settle_tx).await
+    let states = match claimed {
+        // Taken with the leases, for the deliveries `key_of` gave a key:
+        // those of `runnable` that have one, in the same order.
+        Some(states) => states,
+        None => take_keys(broker, spec, &runnable).await,
+    };
+    sort_by_claims(spec, runnable, states, settle_tx)
 }
 
-/// Take the idempotency keys of `runnable` in one broker call. Returns the
-/// jobs that hold theirs (or have none); the rest go to the settler: as
-/// duplicates when the key is done, back to the queue when it is busy.
+/// Take the idempotency keys of `runnable` (those that have one) in one
+/// broker call: one answer per key, in order.
 async fn take_keys(
     broker: &dyn Queue,
     spec: &HandlerSpec,
-    runnable: Vec<Job>,
-    settle_tx: &mpsc::UnboundedSender<Settled>,
-) -> Vec<Job> {
+    runnable: &[Job],
+) -> crate::broker::Result<Vec<ClaimState>> {
     let claims: Vec<KeyClaim> = runnable
         .iter()
         .filter_map(|(d, key, _)| {
@@ -74,9 +93,22 @@ async fn take_keys(
         })
         .collect();
     if claims.is_empty() {
-        return runnable;
+        return Ok(Vec::new());
     }
-    let states = match broker.claim(&spec.queue, &claims, spec.lease).await {
+    broker.claim(&spec.queue, &claims, spec.lease).await
+}
+
+/// The jobs of `runnable` that hold their keys (or have none), given what
+/// taking the keys found (`states`, one per key); the rest go to the
+/// settler: as duplicates when the key is done, back to the queue when it
+/// is busy or could not be taken.
+fn sort_by_claims(
+    spec: &HandlerSpec,
+    runnable: Vec<Job>,
+    states: crate::broker::Result<Vec<ClaimState>>,
+    settle_tx: &mpsc::UnboundedSender<Settled>,
+) -> Vec<Job> {
+    let states = match states {
         Ok(states) => states,
         Err(e) => {
             // Without keys nothing may run: the batch goes back, without

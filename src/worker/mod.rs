@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::broker::{Queue, Settlement};
+use crate::broker::{ClaimState, Queue, Settlement};
 use crate::config::HandlerSpec;
 use crate::error::chain;
 use crate::message::Delivery;
@@ -159,7 +159,13 @@ pub struct QueueWorker {
 /// A settlement and the prefetch permit its delivery holds until it is written.
 type Settled = (Settlement, OwnedSemaphorePermit);
 /// A leased batch on its way to the admitter, one permit per delivery.
-type Leased = Vec<(Delivery, OwnedSemaphorePermit)>;
+struct Leased {
+    batch: Vec<(Delivery, OwnedSemaphorePermit)>,
+    /// What taking the batch's keys found, where the broker took them with
+    /// the leases ([`Queue::claims_with_receive`]): one answer per delivery
+    /// that `key_of` gave a key, in order. `None`: the admitter takes them.
+    claimed: Option<crate::broker::Result<Vec<ClaimState>>>,
+}
 /// An admitted delivery with its idempotency key and its prefetch permit.
 type Job = (Delivery, Option<String>, OwnedSemaphorePermit);
 /// The shared end of the job queue: the callers take turns on it.
@@ -302,10 +308,10 @@ impl QueueWorker {
                 }
                 continue;
             }
-            let batch = match self.receive(permits.num_permits()).await {
-                Ok(batch) => {
+            let (batch, claimed) = match self.receive(permits.num_permits()).await {
+                Ok(received) => {
                     broker_backoff = Duration::from_millis(50);
-                    batch
+                    received
                 }
                 Err(e) => {
                     tracing::error!(queue = %spec.queue, error = %chain(&e), "receive failed; retrying in {broker_backoff:?}");
@@ -331,22 +337,41 @@ impl QueueWorker {
             self.stats
                 .in_flight
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
-            let leased: Leased = batch
+            let batch = batch
                 .into_iter()
                 .map(|d| (d, permits.split(1).expect("one permit per delivery")))
                 .collect();
-            let _ = leased_tx.send(leased);
+            let _ = leased_tx.send(Leased { batch, claimed });
         }
     }
 }
 
 impl QueueWorker {
-    /// Lease up to `want` messages of the queue, within its flow limits.
-    async fn receive(&self, want: usize) -> crate::broker::Result<Vec<Delivery>> {
+    /// Lease up to `want` messages of the queue, within its flow limits;
+    /// where the broker takes idempotency keys in the same step, with the
+    /// keys the admitter would take (see [`admit::key_of`]) and what taking
+    /// them found.
+    async fn receive(
+        &self,
+        want: usize,
+    ) -> crate::broker::Result<(
+        Vec<Delivery>,
+        Option<crate::broker::Result<Vec<ClaimState>>>,
+    )> {
         let spec = &*self.spec;
-        self.broker
-            .receive(&spec.queue, want, spec.lease, spec.flow)
-            .await
+        if !self.broker.claims_with_receive() {
+            let batch = self
+                .broker
+                .receive(&spec.queue, want, spec.lease, spec.flow)
+                .await?;
+            return Ok((batch, None));
+        }
+        let key_of = admit::key_of(self.spec.clone());
+        let received = self
+            .broker
+            .receive_claiming(&spec.queue, want, spec.lease, spec.flow, &key_of)
+            .await?;
+        Ok((received.deliveries, Some(received.claims)))
     }
 
     /// Wait until the queue is resumed; true if `stop` came first.

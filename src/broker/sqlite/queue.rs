@@ -12,7 +12,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::{SqliteBroker, classify, dead, groups};
 use crate::broker::codec::{decode_headers, encode_headers, lease_expired};
 use crate::broker::{
-    ClaimState, Flow, KeyClaim, Lease, OrderedGroups, Queue, Rate, Result, Settlement,
+    ClaimState, Flow, KeyClaim, KeyOf, Lease, OrderedGroups, Queue, Rate, Received, Result,
+    Settlement, claims_of,
 };
 use crate::message::{Delivery, NewMessage, new_id, now_ms};
 
@@ -92,6 +93,35 @@ impl Queue for SqliteBroker {
         let claims = claims.to_vec();
         self.call_unsynced(move |conn| claim(conn, &queue, &claims, lease))
             .await
+    }
+
+    /// One job on the broker thread: the leases and the keys they take
+    /// commit together (without an fsync, as each would alone), or neither.
+    async fn receive_claiming(
+        &self,
+        queue: &str,
+        max: usize,
+        lease: Duration,
+        flow: Flow,
+        key_of: &KeyOf,
+    ) -> Result<Received> {
+        let queue = queue.to_string();
+        let key_of = key_of.clone();
+        self.call_unsynced(move |conn| {
+            let deliveries = receive(conn, &queue, max, lease, flow)?;
+            let keys: Vec<Option<String>> = deliveries.iter().map(|d| key_of(d)).collect();
+            let claims = claim(conn, &queue, &claims_of(&deliveries, &keys), lease)?;
+            Ok(Received {
+                deliveries,
+                keys,
+                claims: Ok(claims),
+            })
+        })
+        .await
+    }
+
+    fn claims_with_receive(&self) -> bool {
+        true
     }
 
     async fn settle(&self, settlements: &[Settlement]) -> Result<()> {

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::broker::{Broker, ClaimState, Flow, KeyClaim, Settlement};
+use sluice::broker::{Broker, ClaimState, Flow, KeyClaim, KeyOf, Settlement};
 use sluice::client::{Client, PublishError, PublishOptions};
+use sluice::message::Delivery;
 
 use super::{LEASE, SHORT, msg, receive_n, receive_one, stats_until};
 
@@ -240,7 +241,79 @@ pub async fn a_settle_written_again_applies_nothing_twice(b: Arc<dyn Broker>) {
     assert_eq!((again.payload.as_slice(), again.attempt), (&b"e"[..], 2));
 }
 
+/// Leasing and taking keys in one call (`receive_claiming`, in one step
+/// where the broker can): each delivery comes with the key `key_of` gave
+/// it, and one answer per key, as `claim` would give, held by its receipt.
+pub async fn a_receive_takes_the_keys_it_is_given(b: Arc<dyn Broker>) {
+    // "done" was finished before, "busy" is held by another delivery.
+    let other = KeyClaim {
+        key: "busy".into(),
+        holder: "another delivery".into(),
+    };
+    assert_eq!(
+        b.claim("q", &[other], LEASE).await.unwrap(),
+        [ClaimState::Acquired]
+    );
+    b.publish(vec![msg("q", "done")]).await.unwrap();
+    let first = receive_one(&*b, "q", LEASE).await;
+    b.settle(&[Settlement::Done {
+        delivery: first,
+        key: Some(("done".to_string(), Duration::from_secs(60))),
+        publishes: vec![],
+    }])
+    .await
+    .unwrap();
+    let payloads = ["free", "none", "done", "busy"];
+    b.publish(payloads.iter().map(|p| msg("q", p)).collect())
+        .await
+        .unwrap();
+    // The key is the payload, except for "none", which takes no key.
+    let key_of: KeyOf = Arc::new(|d: &Delivery| {
+        let p = String::from_utf8(d.payload.clone()).unwrap();
+        (p != "none").then_some(p)
+    });
+    let got = b
+        .receive_claiming("q", 10, LEASE, Flow::default(), &key_of)
+        .await
+        .unwrap();
+    let sent: Vec<&[u8]> = got
+        .deliveries
+        .iter()
+        .map(|d| d.payload.as_slice())
+        .collect();
+    assert_eq!(sent, [&b"free"[..], b"none", b"done", b"busy"]);
+    let keys: Vec<Option<&str>> = got.keys.iter().map(|k| k.as_deref()).collect();
+    assert_eq!(keys, [Some("free"), None, Some("done"), Some("busy")]);
+    assert_eq!(
+        got.claims.unwrap(),
+        [
+            ClaimState::Acquired,
+            ClaimState::AlreadyDone,
+            ClaimState::Busy
+        ]
+    );
+    // "free" is held by its delivery's receipt: that one may take it
+    // again, another delivery finds it busy.
+    let holder = got.deliveries[0].receipt.clone();
+    let claim = |holder: &str| KeyClaim {
+        key: "free".into(),
+        holder: holder.into(),
+    };
+    assert_eq!(
+        b.claim("q", &[claim(&holder)], LEASE).await.unwrap(),
+        [ClaimState::Acquired]
+    );
+    assert_eq!(
+        b.claim("q", &[claim("someone else")], LEASE).await.unwrap(),
+        [ClaimState::Busy]
+    );
+    // The deliveries are leased as a receive leases them.
+    let s = b.queue_stats("q").await.unwrap();
+    assert_eq!((s.ready, s.in_flight), (0, 4), "{s:?}");
+}
+
 on_every_backend!(broker:
+    a_receive_takes_the_keys_it_is_given,
     a_settle_written_again_applies_nothing_twice,
     a_late_plain_done_is_refused,
     a_done_stalled_past_its_lease_is_counted_once,
