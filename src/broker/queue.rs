@@ -55,7 +55,7 @@ pub trait Queue: Send + Sync + 'static {
     ) -> Result<Received> {
         let deliveries = self.receive(queue, max, lease, flow).await?;
         let keys: Vec<Option<String>> = deliveries.iter().map(|d| key_of(d)).collect();
-        let wanted = claims_of(&deliveries, &keys);
+        let wanted = claims_of(deliveries.iter().zip(&keys));
         let claims = if wanted.is_empty() {
             Ok(Vec::new())
         } else {
@@ -153,12 +153,13 @@ pub struct Received {
     pub claims: Result<Vec<ClaimState>>,
 }
 
-/// The claims of `deliveries` whose `keys` are `Some`, held by their
-/// receipts, in order.
-pub fn claims_of(deliveries: &[Delivery], keys: &[Option<String>]) -> Vec<KeyClaim> {
-    deliveries
-        .iter()
-        .zip(keys)
+/// The claims of the deliveries whose keys are `Some`, each held by its
+/// delivery's receipt, in order.
+pub fn claims_of<'a>(
+    keyed: impl IntoIterator<Item = (&'a Delivery, &'a Option<String>)>,
+) -> Vec<KeyClaim> {
+    keyed
+        .into_iter()
         .filter_map(|(d, k)| {
             k.as_ref().map(|k| KeyClaim {
                 key: k.clone(),

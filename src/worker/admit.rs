@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::{Dispatch, Job, Leased, Settled, call};
-use crate::broker::{ClaimState, KeyClaim, KeyOf, Queue, Settlement};
+use super::{Dispatch, Job, Leased, Settled, Taken, call};
+use crate::broker::{ClaimState, KeyOf, Queue, Settlement, claims_of};
 use crate::config::HandlerSpec;
 use crate::error::chain;
 use crate::message::Delivery;
@@ -55,21 +55,28 @@ async fn admit(
     leased: Leased,
     settle_tx: &mpsc::UnboundedSender<Settled>,
 ) -> Vec<Job> {
-    let Leased { batch, claimed } = leased;
+    let Leased { batch, taken } = leased;
+    let (mut given, claimed) = match taken {
+        Some(Taken { keys, claims }) => (Some(keys.into_iter()), Some(claims)),
+        None => (None, None),
+    };
     let mut runnable = Vec::with_capacity(batch.len());
     for (delivery, permit) in batch {
-        let key = call::idempotency_key(&delivery, spec);
+        // The key `key_of` gave it with the lease, if the broker took keys.
+        let given_key = given.as_mut().map(|keys| keys.next().flatten());
         if let Some(Decision::Dead { reason }) = policy::over_limit(delivery.attempt, &spec.retry) {
+            let key = call::idempotency_key(&delivery, spec);
             let error = delivery.last_error.clone();
             let settlement = call::dead(spec, delivery, reason, error, dispatch.version(), key);
             let _ = settle_tx.send((settlement, permit));
             continue;
         }
+        let key = given_key.unwrap_or_else(|| call::idempotency_key(&delivery, spec));
         runnable.push((delivery, key, permit));
     }
     let states = match claimed {
-        // Taken with the leases, for the deliveries `key_of` gave a key:
-        // those of `runnable` that have one, in the same order.
+        // Taken with the leases, one answer per key `key_of` gave: the
+        // keys of `runnable`, in the same order.
         Some(states) => states,
         None => take_keys(broker, spec, &runnable).await,
     };
@@ -83,15 +90,7 @@ async fn take_keys(
     spec: &HandlerSpec,
     runnable: &[Job],
 ) -> crate::broker::Result<Vec<ClaimState>> {
-    let claims: Vec<KeyClaim> = runnable
-        .iter()
-        .filter_map(|(d, key, _)| {
-            key.as_ref().map(|k| KeyClaim {
-                key: k.clone(),
-                holder: d.receipt.clone(),
-            })
-        })
-        .collect();
+    let claims = claims_of(runnable.iter().map(|(d, key, _)| (d, key)));
     if claims.is_empty() {
         return Ok(Vec::new());
     }

@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::broker::{ClaimState, Queue, Settlement};
+use crate::broker::{ClaimState, KeyOf, Queue, Received, Settlement};
 use crate::config::HandlerSpec;
 use crate::error::chain;
 use crate::message::Delivery;
@@ -161,10 +161,16 @@ type Settled = (Settlement, OwnedSemaphorePermit);
 /// A leased batch on its way to the admitter, one permit per delivery.
 struct Leased {
     batch: Vec<(Delivery, OwnedSemaphorePermit)>,
-    /// What taking the batch's keys found, where the broker took them with
-    /// the leases ([`Queue::claims_with_receive`]): one answer per delivery
-    /// that `key_of` gave a key, in order. `None`: the admitter takes them.
-    claimed: Option<crate::broker::Result<Vec<ClaimState>>>,
+    /// The keys, where the broker took them with the leases
+    /// ([`Queue::claims_with_receive`]); `None`: the admitter takes them.
+    taken: Option<Taken>,
+}
+/// The keys a batch's deliveries took with their leases (see
+/// [`admit::key_of`]), one per delivery, and what taking them found, one
+/// answer per `Some` key, in order.
+struct Taken {
+    keys: Vec<Option<String>>,
+    claims: crate::broker::Result<Vec<ClaimState>>,
 }
 /// An admitted delivery with its idempotency key and its prefetch permit.
 type Job = (Delivery, Option<String>, OwnedSemaphorePermit);
@@ -296,6 +302,7 @@ impl QueueWorker {
         let mut idle = Duration::from_millis(1);
         let mut broker_backoff = Duration::from_millis(50);
         let floor = batch_floor(spec.prefetch);
+        let key_of = admit::key_of(self.spec.clone());
         loop {
             let Some(mut permits) = take_permits(leases, floor, stop).await else {
                 return;
@@ -308,7 +315,7 @@ impl QueueWorker {
                 }
                 continue;
             }
-            let (batch, claimed) = match self.receive(permits.num_permits()).await {
+            let (batch, taken) = match self.receive(permits.num_permits(), &key_of).await {
                 Ok(received) => {
                     broker_backoff = Duration::from_millis(50);
                     received
@@ -341,7 +348,7 @@ impl QueueWorker {
                 .into_iter()
                 .map(|d| (d, permits.split(1).expect("one permit per delivery")))
                 .collect();
-            let _ = leased_tx.send(Leased { batch, claimed });
+            let _ = leased_tx.send(Leased { batch, taken });
         }
     }
 }
@@ -349,15 +356,12 @@ impl QueueWorker {
 impl QueueWorker {
     /// Lease up to `want` messages of the queue, within its flow limits;
     /// where the broker takes idempotency keys in the same step, with the
-    /// keys the admitter would take (see [`admit::key_of`]) and what taking
-    /// them found.
+    /// keys `key_of` gives them and what taking them found.
     async fn receive(
         &self,
         want: usize,
-    ) -> crate::broker::Result<(
-        Vec<Delivery>,
-        Option<crate::broker::Result<Vec<ClaimState>>>,
-    )> {
+        key_of: &KeyOf,
+    ) -> crate::broker::Result<(Vec<Delivery>, Option<Taken>)> {
         let spec = &*self.spec;
         if !self.broker.claims_with_receive() {
             let batch = self
@@ -366,12 +370,15 @@ impl QueueWorker {
                 .await?;
             return Ok((batch, None));
         }
-        let key_of = admit::key_of(self.spec.clone());
-        let received = self
+        let Received {
+            deliveries,
+            keys,
+            claims,
+        } = self
             .broker
-            .receive_claiming(&spec.queue, want, spec.lease, spec.flow, &key_of)
+            .receive_claiming(&spec.queue, want, spec.lease, spec.flow, key_of)
             .await?;
-        Ok((received.deliveries, Some(received.claims)))
+        Ok((deliveries, Some(Taken { keys, claims })))
     }
 
     /// Wait until the queue is resumed; true if `stop` came first.

@@ -110,7 +110,12 @@ impl Queue for SqliteBroker {
         self.call_unsynced(move |conn| {
             let deliveries = receive(conn, &queue, max, lease, flow)?;
             let keys: Vec<Option<String>> = deliveries.iter().map(|d| key_of(d)).collect();
-            let claims = claim(conn, &queue, &claims_of(&deliveries, &keys), lease)?;
+            let claims = claim(
+                conn,
+                &queue,
+                &claims_of(deliveries.iter().zip(&keys)),
+                lease,
+            )?;
             Ok(Received {
                 deliveries,
                 keys,
