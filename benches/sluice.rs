@@ -413,12 +413,16 @@ async fn drain(
 ) -> Drained {
     let payload = vec![b'x'; 100];
     let grouped = observed == Observed::Grouped;
+    let mut spec = spec;
     if grouped {
+        // As a sidecar's `[ordering]` does: in the handler's spec, and set
+        // on the queue (which a host does when it binds the handler).
         let ordering = OrderedGroups {
             group: GroupSource::Header("g".into()),
             block_on_dead: false,
         };
         broker.set_ordering("hello", Some(&ordering)).await.unwrap();
+        spec.ordering = Some(ordering);
     }
     for chunk in (0..n).collect::<Vec<_>>().chunks(5000) {
         let batch = chunk
@@ -437,7 +441,6 @@ async fn drain(
     let before = RedisSnapshot::take(&url).await;
     let cpu_before = process_cpu();
     let metrics = matches!(observed, Observed::Metrics | Observed::Scraped).then(Metrics::new);
-    let mut spec = spec;
     if observed == Observed::UnusedRate {
         spec.flow.rate = Some("1000000/s".parse().unwrap());
     }
@@ -1221,6 +1224,9 @@ mod latency {
         }
         fn claims_with_receive(&self) -> bool {
             self.inner.claims_with_receive()
+        }
+        fn settle_writes(&self, ordered: bool) -> usize {
+            self.inner.settle_writes(ordered)
         }
         async fn settle(&self, settlements: &[Settlement]) -> sluice::broker::Result<()> {
             self.inner.settle(settlements).await?;

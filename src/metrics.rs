@@ -473,8 +473,8 @@ impl Queue for Metered {
         r
     }
 
-    fn settle_writes(&self) -> usize {
-        self.inner.settle_writes()
+    fn settle_writes(&self, ordered: bool) -> usize {
+        self.inner.settle_writes(ordered)
     }
 
     async fn flush(&self) -> Result<()> {

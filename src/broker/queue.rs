@@ -84,8 +84,12 @@ pub trait Queue: Send + Sync + 'static {
     /// How many [`Queue::settle`] calls a worker may have in flight at once
     /// for one queue: 1 unless the broker runs them side by side. Calls in
     /// flight together settle different deliveries, as the calls of
-    /// different hosts do.
-    fn settle_writes(&self) -> usize {
+    /// different hosts do. `ordered`: the queue keeps ordered groups, where
+    /// a group's next message is queued only when the one before is
+    /// settled, so a settle lies on the path from message to message and
+    /// not only on the drain's throughput.
+    fn settle_writes(&self, ordered: bool) -> usize {
+        let _ = ordered;
         1
     }
 

@@ -61,14 +61,15 @@ impl Writer {
 /// flight. A broker that takes several at once ([`Queue::settle_writes`])
 /// gets the next batch while one is in flight, once it holds
 /// [`MIN_OVERLAPPING`] settlements; the rest wait for a write to end.
+/// `ordered`: the queue keeps ordered groups.
 pub(super) async fn settle_loop(
     broker: Arc<dyn Queue>,
-    name: String,
+    (name, ordered): (String, bool),
     mut rx: mpsc::UnboundedReceiver<Settled>,
     stats: Arc<WorkerStats>,
     metrics: Option<HandlerMetrics>,
 ) {
-    let max_writes = broker.settle_writes().max(1);
+    let max_writes = broker.settle_writes(ordered).max(1);
     let writer = Writer {
         broker,
         name,
@@ -179,14 +180,15 @@ mod tests {
 
     /// A queue that is away for its first `away` calls, refuses any call
     /// with a settlement of message "poison", and records what it took.
-    /// With a `gate`, each call first sends its batch's length to
-    /// `started`, then waits for a permit of the gate.
+    /// It takes `writes[0]` writes at once for a plain queue, `writes[1]`
+    /// for an ordered one. With a `gate`, each call first sends its batch's
+    /// length to `started`, then waits for a permit of the gate.
     #[derive(Default)]
     struct Picky {
         away: Mutex<u32>,
         calls: Mutex<u32>,
         settled: Mutex<Vec<String>>,
-        writes: usize,
+        writes: [usize; 2],
         gate: Option<(mpsc::UnboundedSender<usize>, Arc<tokio::sync::Semaphore>)>,
     }
 
@@ -232,8 +234,8 @@ mod tests {
             Ok(())
         }
 
-        fn settle_writes(&self) -> usize {
-            self.writes
+        fn settle_writes(&self, ordered: bool) -> usize {
+            self.writes[usize::from(ordered)]
         }
 
         async fn extend(
@@ -306,7 +308,14 @@ mod tests {
     }
 
     impl Gated {
+        /// A settler of a plain queue over a broker that takes `writes`.
         fn start(writes: usize) -> Self {
+            Self::start_with([writes; 2], false)
+        }
+
+        /// A settler of a queue, `ordered` or not, over a broker that
+        /// takes `writes` (see [`Picky`]).
+        fn start_with(writes: [usize; 2], ordered: bool) -> Self {
             let (started_tx, started) = mpsc::unbounded_channel();
             let gate = Arc::new(tokio::sync::Semaphore::new(0));
             let queue = Arc::new(Picky {
@@ -318,7 +327,7 @@ mod tests {
             let stats = Arc::new(WorkerStats::default());
             let settler = tokio::spawn(settle_loop(
                 queue.clone(),
-                "q".into(),
+                ("q".into(), ordered),
                 rx,
                 stats.clone(),
                 None,
@@ -396,6 +405,19 @@ mod tests {
         g.gate.add_permits(1);
         assert_eq!(g.next_call().await, Some(2 * MIN_OVERLAPPING));
         assert_eq!(g.finish().await, 1 + 2 * MIN_OVERLAPPING as u64);
+    }
+
+    #[tokio::test]
+    async fn the_settler_says_whether_its_queue_is_ordered() {
+        // A broker that takes two writes at once for an ordered queue only.
+        for (ordered, overlapped) in [(false, None), (true, Some(MIN_OVERLAPPING))] {
+            let mut g = Gated::start_with([1, 2], ordered);
+            g.send(1);
+            assert_eq!(g.next_call().await, Some(1));
+            g.send(MIN_OVERLAPPING);
+            assert_eq!(g.next_call().await, overlapped, "ordered: {ordered}");
+            assert_eq!(g.finish().await, 1 + MIN_OVERLAPPING as u64);
+        }
     }
 
     #[tokio::test]

@@ -162,7 +162,7 @@ impl Queue for PgBroker {
     /// cores, `hello` reuse drains settled one batch at a time for 30–31 ms
     /// a thousand messages, the whole drain long; with two at once they
     /// were 7–16 % faster (see the README), and three or four no faster.
-    fn settle_writes(&self) -> usize {
+    fn settle_writes(&self, _ordered: bool) -> usize {
         2
     }
 

@@ -129,6 +129,17 @@ impl Queue for RedisBroker {
         Ok(())
     }
 
+    /// Two for an ordered queue, one otherwise. Two go on the shared
+    /// connection pipelined: the server runs one while the other is sent
+    /// or answered. That shortens the path from a group's message to its
+    /// next, which waits for the settle, and raised a 1,000-group drain
+    /// from 0.65 to 0.75-0.79 × the plain one; a third added nothing. A
+    /// plain drain, bound by what each message costs, lost 3-5 % to the
+    /// smaller batches two make (see the README, "Benchmarks").
+    fn settle_writes(&self, ordered: bool) -> usize {
+        if ordered { 2 } else { 1 }
+    }
+
     async fn extend(&self, queue: &str, leases: &[Lease], lease: Duration) -> Result<Vec<bool>> {
         let keys = QueueKeys::new(queue);
         let mut script = scripts::EXTEND.prepare_invoke();
