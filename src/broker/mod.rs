@@ -57,7 +57,7 @@ pub use presence::{
 };
 pub use queue::{
     ClaimState, Flow, GroupSource, KeyClaim, KeyOf, Lease, OrderedGroups, Queue, Rate, Received,
-    Settlement, claims_of,
+    Settlement, claim_all, claims_of,
 };
 pub use schedules::{LastTick, Schedules, Tick};
 pub use sqlite::SqliteBroker;

@@ -56,11 +56,7 @@ pub trait Queue: Send + Sync + 'static {
         let deliveries = self.receive(queue, max, lease, flow).await?;
         let keys: Vec<Option<String>> = deliveries.iter().map(|d| key_of(d)).collect();
         let wanted = claims_of(deliveries.iter().zip(&keys));
-        let claims = if wanted.is_empty() {
-            Ok(Vec::new())
-        } else {
-            self.claim(queue, &wanted, lease).await
-        };
+        let claims = claim_all(self, queue, &wanted, lease).await;
         Ok(Received {
             deliveries,
             keys,
@@ -88,8 +84,7 @@ pub trait Queue: Send + Sync + 'static {
     /// a group's next message is queued only when the one before is
     /// settled, so a settle lies on the path from message to message and
     /// not only on the drain's throughput.
-    fn settle_writes(&self, ordered: bool) -> usize {
-        let _ = ordered;
+    fn settle_writes(&self, _ordered: bool) -> usize {
         1
     }
 
@@ -171,6 +166,20 @@ pub fn claims_of<'a>(
             })
         })
         .collect()
+}
+
+/// Take `claims` in one [`Queue::claim`] call, or answer at once when
+/// there are none.
+pub async fn claim_all<Q: Queue + ?Sized>(
+    broker: &Q,
+    queue: &str,
+    claims: &[KeyClaim],
+    lease: Duration,
+) -> Result<Vec<ClaimState>> {
+    if claims.is_empty() {
+        return Ok(Vec::new());
+    }
+    broker.claim(queue, claims, lease).await
 }
 
 /// What came of a [`KeyClaim`].

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::{Dispatch, Job, Leased, Settled, Taken, call};
-use crate::broker::{ClaimState, KeyOf, Queue, Settlement, claims_of};
+use crate::broker::{ClaimState, KeyOf, Queue, Settlement, claim_all, claims_of};
 use crate::config::HandlerSpec;
 use crate::error::chain;
 use crate::message::Delivery;
@@ -78,23 +78,12 @@ async fn admit(
         // Taken with the leases, one answer per key `key_of` gave: the
         // keys of `runnable`, in the same order.
         Some(states) => states,
-        None => take_keys(broker, spec, &runnable).await,
+        None => {
+            let claims = claims_of(runnable.iter().map(|(d, key, _)| (d, key)));
+            claim_all(broker, &spec.queue, &claims, spec.lease).await
+        }
     };
     sort_by_claims(spec, runnable, states, settle_tx)
-}
-
-/// Take the idempotency keys of `runnable` (those that have one) in one
-/// broker call: one answer per key, in order.
-async fn take_keys(
-    broker: &dyn Queue,
-    spec: &HandlerSpec,
-    runnable: &[Job],
-) -> crate::broker::Result<Vec<ClaimState>> {
-    let claims = claims_of(runnable.iter().map(|(d, key, _)| (d, key)));
-    if claims.is_empty() {
-        return Ok(Vec::new());
-    }
-    broker.claim(&spec.queue, &claims, spec.lease).await
 }
 
 /// The jobs of `runnable` that hold their keys (or have none), given what

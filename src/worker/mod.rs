@@ -254,7 +254,8 @@ impl QueueWorker {
         let spec = &self.spec;
         stages.spawn(settle::settle_loop(
             self.broker.clone(),
-            (spec.queue.clone(), spec.ordering.is_some()),
+            spec.queue.clone(),
+            spec.ordering.is_some(),
             settle_rx,
             self.stats.clone(),
             self.observe.metrics.clone(),

@@ -64,7 +64,8 @@ impl Writer {
 /// `ordered`: the queue keeps ordered groups.
 pub(super) async fn settle_loop(
     broker: Arc<dyn Queue>,
-    (name, ordered): (String, bool),
+    name: String,
+    ordered: bool,
     mut rx: mpsc::UnboundedReceiver<Settled>,
     stats: Arc<WorkerStats>,
     metrics: Option<HandlerMetrics>,
@@ -327,7 +328,8 @@ mod tests {
             let stats = Arc::new(WorkerStats::default());
             let settler = tokio::spawn(settle_loop(
                 queue.clone(),
-                ("q".into(), ordered),
+                "q".into(),
+                ordered,
                 rx,
                 stats.clone(),
                 None,
