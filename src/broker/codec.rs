@@ -3,7 +3,7 @@
 //! delivery, a dead letter or a status report reads the same on every
 //! backend.
 
-use super::HandlerStatus;
+use super::{HandlerStatus, Settlement};
 
 /// The last error of a delivery whose previous attempt's lease ran out
 /// before it was settled.
@@ -44,9 +44,45 @@ pub fn decode_statuses(stored: &[u8]) -> Vec<HandlerStatus> {
     serde_json::from_slice(stored).unwrap_or_default()
 }
 
+/// What names one settle write, so that the same write sent again (after
+/// its reply was lost: the connection dropped after the broker applied it,
+/// and the worker writes a batch again until the broker takes it) is known
+/// for what it is and applied, and counted, once. It is the first 16 bytes
+/// of the SHA-256 of each settlement's kind, message id and receipt, in
+/// order, in hex: a receipt names one lease, so no other write has it.
+pub fn settle_digest<'a>(settlements: impl IntoIterator<Item = &'a Settlement>) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for s in settlements {
+        let d = s.delivery();
+        let kind: &[u8] = match s {
+            Settlement::Done { .. } => b"D",
+            Settlement::Duplicate { .. } => b"U",
+            Settlement::Retry { .. } => b"R",
+            Settlement::Defer { .. } => b"F",
+            Settlement::Snooze { .. } => b"S",
+            Settlement::Dead { .. } => b"X",
+        };
+        for part in [kind, d.id.as_bytes(), d.receipt.as_bytes()] {
+            hash.update((part.len() as u64).to_le_bytes());
+            hash.update(part);
+        }
+    }
+    hash.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// How long a broker remembers the settle writes it applied
+/// ([`settle_digest`]): a write sent again later than this, after an
+/// outage that long, is refused as deliveries that lost their leases are.
+pub const SETTLED_KEPT: std::time::Duration = std::time::Duration::from_secs(600);
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::Delivery;
 
     #[test]
     fn headers_round_trip_and_none_is_stored_as_nothing() {
@@ -107,6 +143,55 @@ mod tests {
         ) {
             let stored = encode_headers(&headers).unwrap_or_default();
             proptest::prop_assert_eq!(decode_headers(stored.as_bytes()), headers);
+        }
+    }
+
+    fn delivery(id: &str, receipt: &str) -> Delivery {
+        Delivery {
+            id: id.into(),
+            queue: "q".into(),
+            key: id.into(),
+            payload: Vec::new(),
+            headers: Vec::new(),
+            attempt: 1,
+            enqueued_at_ms: 0,
+            last_error: None,
+            receipt: receipt.into(),
+            lease_until_ms: 0,
+            group: None,
+            snoozes: 0,
+        }
+    }
+
+    fn done(id: &str, receipt: &str) -> Settlement {
+        Settlement::Done {
+            delivery: delivery(id, receipt),
+            key: None,
+            publishes: vec![],
+        }
+    }
+
+    /// The same settlements name the same write; another receipt, kind,
+    /// order or count names another.
+    #[test]
+    fn a_settle_digest_names_its_settlements() {
+        let batch = [done("a", "1-0 1"), done("b", "2-0 1")];
+        let digest = settle_digest(&batch);
+        assert_eq!(digest.len(), 32);
+        assert_eq!(digest, settle_digest(&batch.clone()));
+        let duplicate = Settlement::Duplicate {
+            delivery: delivery("a", "1-0 1"),
+        };
+        for other in [
+            vec![done("a", "1-0 2"), done("b", "2-0 1")],
+            vec![duplicate, done("b", "2-0 1")],
+            vec![done("b", "2-0 1"), done("a", "1-0 1")],
+            vec![done("a", "1-0 1")],
+            // The parts are kept apart: id "a" with receipt "b1-0 1" is
+            // not id "ab" with receipt "1-0 1".
+            vec![done("ab", "1-0 1"), done("b", "2-0 1")],
+        ] {
+            assert_ne!(digest, settle_digest(&other), "{other:?}");
         }
     }
 }

@@ -30,6 +30,7 @@ const MIGRATIONS: &[&[&str]] = &[
     &[queue::SCHEMA_V4],
     &[queue::SCHEMA_V5],
     &[queue::SCHEMA_V6],
+    &[queue::SCHEMA_V7],
 ];
 
 /// Create `schema` if it is missing and bring it up to [`VERSION`]. The

@@ -12,7 +12,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{PgBroker, classify, wake};
-use crate::broker::codec::{decode_headers, encode_headers, lease_expired};
+use crate::broker::codec::{
+    SETTLED_KEPT, decode_headers, encode_headers, lease_expired, settle_digest,
+};
 use crate::broker::{ClaimState, Flow, KeyClaim, Lease, OrderedGroups, Queue, Result, Settlement};
 use crate::message::{Delivery, NewMessage, new_id};
 
@@ -41,6 +43,10 @@ pub(super) const SCHEMA_V5: &str = include_str!("queue_v5.sql");
 /// so that a batch written again after its reply was lost applies none of
 /// them twice (`queue_v6.sql`).
 pub(super) const SCHEMA_V6: &str = include_str!("queue_v6.sql");
+
+/// Version 7: a settle write sent again after it was applied (its reply
+/// was lost) is applied and counted once (`queue_v7.sql`).
+pub(super) const SCHEMA_V7: &str = include_str!("queue_v7.sql");
 
 /// Lease up to $2 due messages of queue $1 for $3 ms, with `lease_due`
 /// (`queue_v3.sql`). A row whose lease ran out gets the lease-expired text
@@ -115,12 +121,16 @@ impl Queue for PgBroker {
             return Ok(());
         }
         let args = SettleArgs::new(settlements);
+        let digest = settle_digest(settlements);
+        let keep = SETTLED_KEPT.as_millis() as i64;
         let conn = self.conn("settling").await?;
         let row = conn
             .query_one(
-                "SELECT settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-                               $12, $13, $14, $15, $16, $17, $18)",
+                "SELECT settle_once($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+                                    $14, $15, $16, $17, $18, $19, $20)",
                 &[
+                    &digest,
+                    &keep,
                     &args.kinds,
                     &args.ids,
                     &args.receipts,
@@ -143,8 +153,14 @@ impl Queue for PgBroker {
             )
             .await
             .map_err(|e| classify("settling", e))?;
+        let Some(states) = row.get::<_, Option<Vec<i32>>>(0) else {
+            tracing::info!(
+                count = settlements.len(),
+                "a settle batch was written again after it had been applied (its reply was lost); it is not applied twice"
+            );
+            return Ok(());
+        };
         self.churn.add(settlements.len());
-        let states: Vec<i32> = row.get(0);
         let lost: Vec<&str> = settlements
             .iter()
             .zip(&states)

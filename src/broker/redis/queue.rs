@@ -16,8 +16,10 @@ use super::codec::{self, encode_headers};
 use super::conn::classify;
 use super::groups::{enqueue_under, group_arg};
 use super::{
-    DONE_PREFIX, GROUP, LEASE_PREFIX, QueueKeys, RedisBroker, idem_key, lease_value, relay, scripts,
+    DONE_PREFIX, GROUP, LEASE_PREFIX, QueueKeys, RedisBroker, idem_key, key, lease_value, relay,
+    scripts,
 };
+use crate::broker::codec::{SETTLED_KEPT, settle_digest};
 use crate::broker::{
     BrokerError, ClaimState, Flow, KeyClaim, Lease, OrderedGroups, Queue, Result, Settlement,
 };
@@ -320,18 +322,23 @@ impl RedisBroker {
         }
         advance_groups(&mut pipe, &keys, &grouped);
         pipe.cmd("XDEL").arg(&keys.stream).arg(&entries).ignore();
-        for (name, n) in [("done", done), ("duplicates", duplicates)] {
-            if n > 0 {
-                pipe.cmd("HINCRBY")
-                    .arg(&keys.counters)
-                    .arg(name)
-                    .arg(n)
-                    .ignore();
-            }
-        }
+        // Counted unless the write was written before: the last reply.
+        let digest = settle_digest(plain.iter().copied());
+        let counts = [("done", done), ("duplicates", duplicates)];
+        count_once(&mut pipe, &self.written(queue), &keys, &digest, &counts);
         let mut conn = self.conn.clone();
-        let before: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
+        let mut before: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
+        if before.pop() == Some(Value::Int(1)) {
+            written_again(queue, plain.len());
+            return Ok(());
+        }
         self.recount_plain(queue, &keys, &keyed, &before).await
+    }
+
+    /// The list of this consumer's last settle writes of `queue` (see
+    /// [`scripts::SETTLED`]).
+    fn written(&self, queue: &str) -> String {
+        key(queue, &format!("settled:{}", self.consumer))
     }
 
     /// Count what each plain ack's key held before (`before`, in the order
@@ -400,8 +407,13 @@ impl RedisBroker {
             .key(&keys.outbox)
             .key(&keys.dead_index)
             .key(&keys.groups)
-            .key(&keys.waiting);
-        script.arg(GROUP).arg(&self.consumer);
+            .key(&keys.waiting)
+            .key(self.written(queue));
+        script
+            .arg(GROUP)
+            .arg(&self.consumer)
+            .arg(settle_digest(settlements.iter().copied()))
+            .arg(SETTLED_KEPT.as_millis() as u64);
         let mut idem_keys = 0usize;
         let mut has_publishes = false;
         for s in settlements {
@@ -416,7 +428,11 @@ impl RedisBroker {
             has_publishes |= settle_args(&mut script, s, kidx);
         }
         let mut conn = self.conn.clone();
-        let lost: Vec<String> = script.invoke_async(&mut conn).await.map_err(classify)?;
+        let lost: Option<Vec<String>> = script.invoke_async(&mut conn).await.map_err(classify)?;
+        let Some(lost) = lost else {
+            written_again(queue, settlements.len());
+            return Ok(());
+        };
         if !lost.is_empty() {
             tracing::warn!(queue, ids = ?lost, "settlements refused: their deliveries had lost their leases (the messages were delivered again)");
         }
@@ -424,6 +440,41 @@ impl RedisBroker {
             self.relay_wake.notify_one();
         }
         Ok(())
+    }
+}
+
+/// Say that a settle write of `count` settlements to `queue` was found
+/// among those applied before: its reply had been lost, and it is not
+/// applied twice.
+fn written_again(queue: &str, count: usize) {
+    tracing::info!(
+        queue,
+        count,
+        "a settle batch was written again after it had been applied (its reply was lost); it is not applied twice"
+    );
+}
+
+/// Add to an ack's transaction that `counts` are added to the queue's
+/// counters unless the write `digest` is among those in `written` (see
+/// [`scripts::SETTLED`]); its reply, the transaction's last, is then 1.
+fn count_once(
+    pipe: &mut redis::Pipeline,
+    written: &str,
+    keys: &QueueKeys,
+    digest: &str,
+    counts: &[(&str, u64)],
+) {
+    pipe.cmd("EVAL")
+        .arg(&*scripts::SETTLED)
+        .arg(2)
+        .arg(written)
+        .arg(&keys.counters)
+        .arg(digest)
+        .arg(SETTLED_KEPT.as_millis() as u64);
+    for (name, n) in counts {
+        if *n > 0 {
+            pipe.arg(*name).arg(*n);
+        }
     }
 }
 

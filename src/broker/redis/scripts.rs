@@ -61,6 +61,17 @@ end
 local function in_chunks(list, f)
   for from = 1, #list, 1000 do f(unpack(list, from, math.min(from + 999, #list))) end
 end
+-- Whether `digest` is among a consumer's last settle writes, the list
+-- `written` (see SETTLED in scripts.rs) ...
+local function written_before(written, digest)
+  return redis.call('LPOS', written, digest) ~= false
+end
+-- ... and adding it there, to the last 16, kept for `keep` ms.
+local function remember_written(written, digest, keep)
+  redis.call('LPUSH', written, digest)
+  redis.call('LTRIM', written, 0, 15)
+  redis.call('PEXPIRE', written, keep)
+end
 -- Queue a body now (stream) or later (bodies hash + delayed set).
 local function enqueue(stream, delayed, bodies, id, fields, due, now)
   if due > now then
@@ -459,8 +470,9 @@ return out
 
 /// KEYS: stream, delayed, bodies, dead, counters, outbox, dead index (a
 /// hash of dead letters' stream entries by message id), groups, waiting,
-/// then the idempotency keys the ops refer to. ARGV: group, consumer, then
-/// ops, each `kind, entry, delivery count, key index (0 = none), message
+/// this consumer's last settle writes (see [`SETTLED`]), then the
+/// idempotency keys the ops refer to. ARGV: group, consumer, the write's
+/// digest, how long to keep it (ms), then ops, each `kind, entry, delivery count, key index (0 = none), message
 /// id, attempt, ordered group ("" = none)` followed by:
 ///   D (done):      retention ms, publish count, then 6 per publish:
 ///                  queue, id, key, payload, headers, delay ms
@@ -480,7 +492,9 @@ return out
 /// Every other op is fenced by the pending entry: still this consumer's,
 /// at this delivery count. A done, duplicate or dead message of an ordered
 /// group hands its group on to the next (a dead one blocks it instead when
-/// the ordering says so). Returns the ids of the refused ops.
+/// the ordering says so). Returns the ids of the refused ops; nil, having
+/// applied nothing, when the write's digest is among the consumer's last
+/// writes (it was applied, and is sent again because its reply was lost).
 pub static SETTLE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{}{}",
@@ -488,6 +502,7 @@ pub static SETTLE: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local S, Z, H, D, C, O, DI, G, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local group, consumer = ARGV[1], ARGV[2]
+if written_before(KEYS[10], ARGV[3]) then return false end
 local now = server_now()
 -- Removals and counter updates are collected and applied once per batch.
 local removed, removed_list = {}, {}
@@ -528,13 +543,13 @@ local function hand_on(g)
   if g ~= '' then moved_on = moved_on + advance(S, Z, H, G, W, g, now) end
 end
 local lost = {}
-local i = 3
+local i = 5
 while i <= #ARGV do
   local kind, entry, count, kidx, id, attempt, g =
     ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4], tonumber(ARGV[i + 5]), ARGV[i + 6]
   local holder = entry .. ' ' .. count
   local key = nil
-  if kidx > 0 then key = KEYS[9 + kidx] end
+  if kidx > 0 then key = KEYS[10 + kidx] end
   i = i + 7
   if kind == 'D' then
     local retention, npub = ARGV[i], tonumber(ARGV[i + 1])
@@ -635,9 +650,35 @@ counts.lost = #lost
 for name, n in pairs(counts) do
   if n > 0 then redis.call('HINCRBY', C, name, n) end
 end
+remember_written(KEYS[10], ARGV[3], ARGV[4])
 return lost
 "#
     ))
+});
+
+/// Each consumer's last settle writes of a queue are a list (`settled:`
+/// and the consumer's name, with the queue's hash tag) of their digests
+/// (`codec::settle_digest`), the last 16, kept for ten minutes after the
+/// last write. A write is sent again only after its reply was lost, by the
+/// host that sent it, before it writes more than one other (a worker has at
+/// most two settle writes out), so the list finds it. `SETTLE` applies
+/// nothing for a write it finds there; a plain ack's transaction (see
+/// `settle_plain`) has this script count it:
+///
+/// KEYS: the consumer's last writes, counters. ARGV: the write's digest,
+/// how long to keep it (ms), then pairs of a counter's name and how much
+/// to add. Returns 1, having counted nothing, when the write was written
+/// before; else counts, remembers the write, and returns 0.
+pub static SETTLED: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{BASE}{}",
+        r#"
+if written_before(KEYS[1], ARGV[1]) then return 1 end
+for i = 3, #ARGV, 2 do redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
+remember_written(KEYS[1], ARGV[1], ARGV[2])
+return 0
+"#
+    )
 });
 
 /// KEYS: stream, delayed, bodies, groups. ARGV: the prefix of the waiting

@@ -76,6 +76,8 @@ pub struct SqliteBroker {
     path: PathBuf,
     /// Idle read connections, opened as they are needed.
     readers: Arc<std::sync::Mutex<Vec<Connection>>>,
+    /// The last settle writes that committed (see `Queue::settle`).
+    settled: std::sync::Mutex<queue::Settled>,
 }
 
 impl SqliteBroker {
@@ -92,6 +94,7 @@ impl SqliteBroker {
             jobs,
             path,
             readers: Arc::default(),
+            settled: Default::default(),
         })
     }
 

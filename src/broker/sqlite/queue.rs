@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{SqliteBroker, classify, dead, groups};
-use crate::broker::codec::{decode_headers, encode_headers, lease_expired};
+use crate::broker::codec::{decode_headers, encode_headers, lease_expired, settle_digest};
 use crate::broker::{
     ClaimState, Flow, KeyClaim, KeyOf, Lease, OrderedGroups, Queue, Rate, Received, Result,
     Settlement, claims_of,
@@ -129,13 +129,28 @@ impl Queue for SqliteBroker {
         true
     }
 
+    /// A write this broker committed a moment ago, sent again, is not
+    /// applied again: on SQLite that takes only the memory of the last
+    /// few, as a write's answer cannot be lost between the broker thread
+    /// and its caller; the write is sent again only by a caller that got
+    /// it twice.
     async fn settle(&self, settlements: &[Settlement]) -> Result<()> {
         if settlements.is_empty() {
             return Ok(());
         }
+        let digest = settle_digest(settlements);
+        if self.settled.lock().expect("settled lock").has(&digest) {
+            tracing::info!(
+                count = settlements.len(),
+                "a settle batch was written again after it had committed; it is not applied twice"
+            );
+            return Ok(());
+        }
         // The broker thread needs its own copy.
         let settlements = settlements.to_vec();
-        self.call(move |conn| settle(conn, settlements)).await
+        self.call(move |conn| settle(conn, settlements)).await?;
+        self.settled.lock().expect("settled lock").add(digest);
+        Ok(())
     }
 
     async fn extend(&self, queue: &str, leases: &[Lease], lease: Duration) -> Result<Vec<bool>> {
@@ -150,6 +165,25 @@ impl Queue for SqliteBroker {
             groups::set_ordering(conn, &queue, ordering.as_ref(), now_ms() as i64)
         })
         .await
+    }
+}
+
+/// The digests of the last [`Settled::KEPT`] settle writes that committed.
+#[derive(Default)]
+pub(super) struct Settled(std::collections::VecDeque<String>);
+
+impl Settled {
+    const KEPT: usize = 64;
+
+    fn has(&self, digest: &str) -> bool {
+        self.0.iter().any(|d| d == digest)
+    }
+
+    fn add(&mut self, digest: String) {
+        if self.0.len() == Self::KEPT {
+            self.0.pop_front();
+        }
+        self.0.push_back(digest);
     }
 }
 
