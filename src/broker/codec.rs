@@ -148,18 +148,8 @@ mod tests {
 
     fn delivery(id: &str, receipt: &str) -> Delivery {
         Delivery {
-            id: id.into(),
-            queue: "q".into(),
-            key: id.into(),
-            payload: Vec::new(),
-            headers: Vec::new(),
-            attempt: 1,
-            enqueued_at_ms: 0,
-            last_error: None,
             receipt: receipt.into(),
-            lease_until_ms: 0,
-            group: None,
-            snoozes: 0,
+            ..Delivery::for_test(id, "q")
         }
     }
 
