@@ -186,3 +186,76 @@ fn drain_through(mut env: Env, work_ms: u32, what: &str, fault: impl FnOnce(&mut
     );
     assert_each_completed_once(&env);
 }
+
+/// Replies lost on their way back from the broker (a module of its own: each
+/// module calls `on_every_backend!` once).
+mod lost_replies {
+    use super::*;
+    use crate::proxy::Proxy;
+
+    /// The host reaches its broker through a proxy that holds each reply for
+    /// 20 ms, and every connection is cut 10 times in a drain, each time while
+    /// a reply is held and the host is at work (`proxy.rs`): the writes the broker applied in the
+    /// last 20 ms before a cut lose their
+    /// replies, and the host writes them again. Every order ends done once,
+    /// the settle batches written again are known for what they are (the host
+    /// says so) and none of their settlements counts as a lost lease.
+    fn lost_replies_apply_once_and_count_no_lost_leases(env: Env) {
+        // Leases long enough that no settle, held up by the cuts, comes late.
+        preload_with(&env, &ORDERS.replace("lease = \"2s\"", "lease = \"10s\""));
+        let url = env.broker_url();
+        let port = url
+            .split("127.0.0.1:")
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .unwrap()
+            .to_string();
+        let proxy = Proxy::start(&format!("127.0.0.1:{port}"), Duration::from_millis(20));
+        let proxied = url.replacen(
+            &format!("127.0.0.1:{port}"),
+            &format!("127.0.0.1:{}", proxy.port()),
+            1,
+        );
+        let handlers = env.handlers.to_str().unwrap().to_string();
+        let log = env.dir.path().join("host.log");
+        let mut host = env
+            .command(&["run", "--handlers", &handlers, "--broker", &proxied])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        wait_until(Duration::from_secs(60), "some orders done", || {
+            env.count_if_reachable("orders", "done")
+                .is_some_and(|done| done > 200)
+        });
+        // Each cut once the host is at work again after the one before, so
+        // that settles are on their way.
+        for _ in 0..10 {
+            let before = env.count_if_reachable("orders", "done").unwrap_or(0);
+            wait_until(Duration::from_secs(30), "the host at work again", || {
+                env.count_if_reachable("orders", "done")
+                    .is_some_and(|done| done >= before + 50)
+            });
+            proxy.cut_a_reply();
+        }
+        let done_after = env.count_if_reachable("orders", "done").unwrap();
+        wait_until(Duration::from_secs(120), "every order done", || {
+            env.count_if_reachable("orders", "done") == Some(MESSAGES as u64)
+        });
+        unsafe { libc::kill(host.id() as i32, libc::SIGTERM) };
+        host.wait().unwrap();
+        assert!(
+            done_after < MESSAGES as u64,
+            "the drain was over before the last cut: the test proved nothing"
+        );
+        assert_each_completed_once(&env);
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            text.contains("written again after it had been applied"),
+            "no settle lost its reply: the test proved nothing\n{text}"
+        );
+        assert_eq!(env.stats()["orders"]["lost_leases"], 0, "{text}");
+    }
+
+    on_every_backend!(servers: lost_replies_apply_once_and_count_no_lost_leases);
+}

@@ -80,6 +80,7 @@ mod pg_store;
 mod pg_support;
 mod postgres;
 mod process;
+mod proxy;
 mod redis;
 mod redis_support;
 mod redrive;
