@@ -74,6 +74,17 @@ pub fn settle_digest<'a>(settlements: impl IntoIterator<Item = &'a Settlement>) 
         .collect()
 }
 
+/// Say that a settle write of `count` settlements to `queue` was found
+/// among the writes applied before ([`settle_digest`]): it is not applied
+/// twice.
+pub fn written_again(queue: &str, count: usize) {
+    tracing::info!(
+        queue,
+        count,
+        "a settle batch was written again after it had been applied; it is not applied twice"
+    );
+}
+
 /// How long a broker remembers the settle writes it applied
 /// ([`settle_digest`]): a write sent again later than this, after an
 /// outage that long, is refused as deliveries that lost their leases are.

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 
 use super::{PgBroker, classify, wake};
 use crate::broker::codec::{
-    SETTLED_KEPT, decode_headers, encode_headers, lease_expired, settle_digest,
+    SETTLED_KEPT, decode_headers, encode_headers, lease_expired, settle_digest, written_again,
 };
 use crate::broker::{ClaimState, Flow, KeyClaim, Lease, OrderedGroups, Queue, Result, Settlement};
 use crate::message::{Delivery, NewMessage, new_id};
@@ -154,10 +154,7 @@ impl Queue for PgBroker {
             .await
             .map_err(|e| classify("settling", e))?;
         let Some(states) = row.get::<_, Option<Vec<i32>>>(0) else {
-            tracing::info!(
-                count = settlements.len(),
-                "a settle batch was written again after it had been applied (its reply was lost); it is not applied twice"
-            );
+            written_again(&settlements[0].delivery().queue, settlements.len());
             return Ok(());
         };
         self.churn.add(settlements.len());

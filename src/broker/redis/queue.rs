@@ -19,7 +19,7 @@ use super::{
     DONE_PREFIX, GROUP, LEASE_PREFIX, QueueKeys, RedisBroker, idem_key, key, lease_value, relay,
     scripts,
 };
-use crate::broker::codec::{SETTLED_KEPT, settle_digest};
+use crate::broker::codec::{SETTLED_KEPT, settle_digest, written_again};
 use crate::broker::{
     BrokerError, ClaimState, Flow, KeyClaim, Lease, OrderedGroups, Queue, Result, Settlement,
 };
@@ -441,17 +441,6 @@ impl RedisBroker {
         }
         Ok(())
     }
-}
-
-/// Say that a settle write of `count` settlements to `queue` was found
-/// among those applied before: its reply had been lost, and it is not
-/// applied twice.
-fn written_again(queue: &str, count: usize) {
-    tracing::info!(
-        queue,
-        count,
-        "a settle batch was written again after it had been applied (its reply was lost); it is not applied twice"
-    );
 }
 
 /// Add to an ack's transaction that `counts` are added to the queue's

@@ -472,8 +472,9 @@ return out
 /// hash of dead letters' stream entries by message id), groups, waiting,
 /// this consumer's last settle writes (see [`SETTLED`]), then the
 /// idempotency keys the ops refer to. ARGV: group, consumer, the write's
-/// digest, how long to keep it (ms), then ops, each `kind, entry, delivery count, key index (0 = none), message
-/// id, attempt, ordered group ("" = none)` followed by:
+/// digest, how long to keep it (ms), then ops, each `kind, entry,
+/// delivery count, key index (0 = none), message id, attempt, ordered
+/// group ("" = none)` followed by:
 ///   D (done):      retention ms, publish count, then 6 per publish:
 ///                  queue, id, key, payload, headers, delay ms
 ///   U (duplicate): nothing

@@ -10,7 +10,9 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{SqliteBroker, classify, dead, groups};
-use crate::broker::codec::{decode_headers, encode_headers, lease_expired, settle_digest};
+use crate::broker::codec::{
+    decode_headers, encode_headers, lease_expired, settle_digest, written_again,
+};
 use crate::broker::{
     ClaimState, Flow, KeyClaim, KeyOf, Lease, OrderedGroups, Queue, Rate, Received, Result,
     Settlement, claims_of,
@@ -140,10 +142,7 @@ impl Queue for SqliteBroker {
         }
         let digest = settle_digest(settlements);
         if self.settled.lock().expect("settled lock").has(&digest) {
-            tracing::info!(
-                count = settlements.len(),
-                "a settle batch was written again after it had committed; it is not applied twice"
-            );
+            written_again(&settlements[0].delivery().queue, settlements.len());
             return Ok(());
         }
         // The broker thread needs its own copy.
