@@ -401,8 +401,9 @@ enum Observed {
 
 /// Preload `n` messages of 100 bytes into `broker`, then time one worker
 /// draining them. Besides the rate it prints the CPU this process spent
-/// per message (the sluice side) and, on Redis, what the server did per
-/// message: commands, CPU, and the costliest commands.
+/// per message (the sluice side) and what the server did per message: on
+/// Redis its commands, CPU and costliest commands; on PostgreSQL its CPU,
+/// the WAL it wrote and its commits.
 async fn drain(
     label: &str,
     broker: Arc<dyn Broker>,
@@ -439,6 +440,7 @@ async fn drain(
     }
     let url = REDIS_URL.with(|u| u.borrow().clone());
     let before = RedisSnapshot::take(&url).await;
+    let pg_before = postgres::PgSnapshot::take().await;
     let cpu_before = process_cpu();
     let metrics = matches!(observed, Observed::Metrics | Observed::Scraped).then(Metrics::new);
     if observed == Observed::UnusedRate {
@@ -481,6 +483,7 @@ async fn drain(
     let elapsed = start.elapsed();
     let cpu = process_cpu() - cpu_before;
     let after = RedisSnapshot::take(&url).await;
+    let pg_cpu = pg_before.as_ref().map(|b| b.cpu_now());
     let _ = stop_tx.send(true);
     task.await.unwrap();
     if let Some(s) = scraper {
@@ -526,6 +529,9 @@ async fn drain(
             "\n        redis µs/msg by command, and calls/msg (scripts include their calls): {}",
             costs.join(", ")
         );
+    }
+    if let (Some(b), Some(cpu)) = (pg_before, pg_cpu) {
+        line += &b.since(cpu, n).await;
     }
     println!("{line}");
     Drained {

@@ -33,6 +33,7 @@ pub async fn drains(runtime: &Runtime, args: &Args) {
         server.psql("SHOW synchronous_commit"),
         server.psql("SHOW fsync"),
     );
+    SERVER.with(|s| *s.borrow_mut() = Some((server.pid(), server.url())));
     let pg = super::drains(
         runtime,
         "postgres",
@@ -43,6 +44,7 @@ pub async fn drains(runtime: &Runtime, args: &Args) {
         async || fresh(&server).await,
     )
     .await;
+    SERVER.with(|s| *s.borrow_mut() = None);
     let reuse = |figures: &[(&str, Drained)]| {
         figures
             .iter()
@@ -159,4 +161,121 @@ pub async fn bloat(runtime: &Runtime) {
         late / 1024,
         late as f64 / early as f64
     );
+}
+
+thread_local! {
+    /// The server the drains of this thread run on, while they do: its
+    /// postmaster's pid and the broker's URL.
+    static SERVER: std::cell::RefCell<Option<(u32, String)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// What the PostgreSQL server of the drains running now has done so far:
+/// the CPU its processes used (from `/proc`), and the WAL it wrote and the
+/// transactions it committed (from `pg_stat_wal` and `pg_stat_database`).
+pub struct PgSnapshot {
+    pid: u32,
+    url: String,
+    cpu: f64,
+    wal: Wal,
+}
+
+/// Counters of `pg_stat_wal` and `pg_stat_database`.
+#[derive(Clone, Copy)]
+struct Wal {
+    records: i64,
+    fpi: i64,
+    bytes: f64,
+    commits: i64,
+}
+
+impl PgSnapshot {
+    /// `None` outside the PostgreSQL drains.
+    pub async fn take() -> Option<Self> {
+        let (pid, url) = SERVER.with(|s| s.borrow().clone())?;
+        let wal = wal(&url).await;
+        Some(PgSnapshot {
+            cpu: server_cpu(pid),
+            pid,
+            url,
+            wal,
+        })
+    }
+
+    /// What the server did since `self`, per message of `n`, as a line for
+    /// the drain's report. `cpu` is the server's CPU when the drain ended:
+    /// the statistics are read later, once the server's sessions have
+    /// reported theirs (each does at most once a second, when idle).
+    pub async fn since(&self, cpu: f64, n: usize) -> String {
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let now = wal(&self.url).await;
+        let per = |x: f64| x / n as f64;
+        format!(
+            "\n        postgres: server CPU {:.1} µs/msg, WAL {:.1} records/msg, {:.0} bytes/msg \
+             ({:.3} full-page images/msg), {:.3} commits/msg",
+            per((cpu - self.cpu) * 1e6),
+            per((now.records - self.wal.records) as f64),
+            per(now.bytes - self.wal.bytes),
+            per((now.fpi - self.wal.fpi) as f64),
+            per((now.commits - self.wal.commits) as f64),
+        )
+    }
+
+    /// The server's CPU now, for [`PgSnapshot::since`].
+    pub fn cpu_now(&self) -> f64 {
+        server_cpu(self.pid)
+    }
+}
+
+async fn wal(url: &str) -> Wal {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {url} for its statistics: {e}"));
+    let connection = tokio::spawn(connection);
+    let row = client
+        .query_one(
+            "SELECT wal_records, wal_fpi, wal_bytes::float8,
+                    (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database())
+             FROM pg_stat_wal",
+            &[],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("reading the WAL statistics of {url}: {e}"));
+    drop(client);
+    let _ = connection.await;
+    Wal {
+        records: row.get(0),
+        fpi: row.get(1),
+        bytes: row.get(2),
+        commits: row.get(3),
+    }
+}
+
+/// CPU seconds used by a postmaster and its processes: those alive now,
+/// and those that have ended (which it has waited for: its children's
+/// times in `/proc/PID/stat`).
+fn server_cpu(postmaster: u32) -> f64 {
+    // Fields after the command's closing parenthesis, counted from 0 for
+    // the state: ppid is 1, utime 11, stime 12, cutime 13, cstime 14.
+    let fields = |pid: &str| -> Option<Vec<u64>> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let rest = &stat[stat.rfind(')')? + 2..];
+        Some(rest.split(' ').map(|f| f.parse().unwrap_or(0)).collect())
+    };
+    let own = fields(&postmaster.to_string())
+        .unwrap_or_else(|| panic!("the postmaster {postmaster} is not running"));
+    let mut ticks = own[11] + own[12] + own[13] + own[14];
+    for entry in std::fs::read_dir("/proc").expect("reading /proc") {
+        let name = entry.expect("an entry of /proc").file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        if let Some(f) = fields(pid).filter(|f| f[1] == postmaster as u64) {
+            ticks += f[11] + f[12];
+        }
+    }
+    ticks as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
