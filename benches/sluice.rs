@@ -1,18 +1,6 @@
 //! The sluice benchmark harness. Run with `cargo bench --bench sluice`
-//! (after `scripts/build-guests`). Options after `--`:
-//!
-//!   --messages N      messages per embedded-broker drain (default 100000)
-//!   --redis-messages N messages per Redis drain (default 200000)
-//!   --pg-messages N   messages per PostgreSQL drain (default 50000)
-//!   --calls N         calls per invocation benchmark (default 20000)
-//!   --lang L          the guest language of the invocation benchmark (default rust)
-//!   --only NAMES      run only these sections, comma-separated: invoke, trace, drain,
-//!                     languages, batch, redis, postgres, bloat, latency, reload,
-//!                     restart
-//!   --rounds N        rounds of the metrics-cost drains (default 1): reuse
-//!                     with metrics off, on, and scraped, in rotating order
-//!                     each round; the medians of the per-round ratios. The
-//!                     latency section runs its handlers N times alike
+//! (after `scripts/build-guests`); its options, after `--`, are in
+//! [`USAGE`] (`-- --help` prints them).
 //!
 //! Every figure that has a target is printed next to a baseline measured in
 //! the same run (a native no-op handler over the same broker code), because
@@ -61,6 +49,49 @@ struct Args {
     rounds: usize,
 }
 
+/// The options, as `--help` prints them.
+const USAGE: &str = "\
+usage: cargo bench --bench sluice -- [OPTIONS]
+
+  --messages N       messages per embedded-broker drain (default 100000)
+  --redis-messages N messages per Redis drain (default 200000)
+  --pg-messages N    messages per PostgreSQL drain (default 50000)
+  --calls N          calls per invocation benchmark (default 20000)
+  --lang L           the guest language of the invocation benchmark: rust (the
+                     default), c, python or js
+  --only NAMES       run only these sections, comma-separated: invoke, trace,
+                     drain, languages, batch, latency, restart, redis, postgres,
+                     bloat, limited, reload
+  --rounds N         rounds of the metrics-cost drains (default 1): reuse with
+                     metrics off, on, and scraped, in rotating order each
+                     round; the medians of the per-round ratios. The latency
+                     section runs its handlers N times alike
+  --help             print this and exit
+";
+
+/// The sections, in the order they run.
+const SECTIONS: [&str; 12] = [
+    "invoke",
+    "trace",
+    "drain",
+    "languages",
+    "batch",
+    "latency",
+    "restart",
+    "redis",
+    "postgres",
+    "bloat",
+    "limited",
+    "reload",
+];
+
+/// Exit with `message` and the usage: a mistyped option or section would
+/// otherwise run the whole harness, or nothing at all.
+fn refuse(message: &str) -> ! {
+    eprintln!("sluice bench: {message}\n\n{USAGE}");
+    std::process::exit(2)
+}
+
 fn args() -> Args {
     let mut a = Args {
         lang: "rust".into(),
@@ -74,38 +105,50 @@ fn args() -> Args {
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
-            "--messages" => {
-                a.messages = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .expect("--messages N")
-            }
-            "--redis-messages" => {
-                a.redis_messages = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .expect("--redis-messages N")
-            }
-            "--pg-messages" => {
-                a.pg_messages = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .expect("--pg-messages N")
-            }
-            "--lang" => a.lang = it.next().expect("--lang rust|c|python|js"),
-            "--calls" => a.calls = it.next().and_then(|v| v.parse().ok()).expect("--calls N"),
-            "--only" => a.only = it.next(),
+            "--messages" => a.messages = number(&mut it, &arg),
+            "--redis-messages" => a.redis_messages = number(&mut it, &arg),
+            "--pg-messages" => a.pg_messages = number(&mut it, &arg),
+            "--calls" => a.calls = number(&mut it, &arg),
             "--rounds" => {
-                a.rounds = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|&r| r > 0)
-                    .expect("--rounds N (N ≥ 1)")
+                a.rounds = number(&mut it, &arg);
+                if a.rounds == 0 {
+                    refuse("--rounds takes 1 or more");
+                }
             }
-            _ => {} // cargo passes --bench
+            "--lang" => {
+                a.lang = it
+                    .next()
+                    .filter(|l| ["rust", "c", "python", "js"].contains(&l.as_str()))
+                    .unwrap_or_else(|| refuse("--lang takes rust, c, python or js"))
+            }
+            "--only" => {
+                let names = it
+                    .next()
+                    .unwrap_or_else(|| refuse("--only takes section names"));
+                if let Some(unknown) = names.split(',').find(|n| !SECTIONS.contains(n)) {
+                    refuse(&format!(
+                        "--only {names}: there is no section {unknown:?}; the sections are {}",
+                        SECTIONS.join(", ")
+                    ));
+                }
+                a.only = Some(names);
+            }
+            "--help" | "-h" => {
+                print!("{USAGE}");
+                std::process::exit(0)
+            }
+            "--bench" => {} // cargo passes it
+            other => refuse(&format!("unknown argument {other:?}")),
         }
     }
     a
+}
+
+/// The number after `option`.
+fn number(args: &mut impl Iterator<Item = String>, option: &str) -> usize {
+    args.next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| refuse(&format!("{option} takes a number")))
 }
 
 fn guest(name: &str) -> PathBuf {
