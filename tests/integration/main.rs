@@ -63,6 +63,7 @@ mod conformance;
 mod corpus;
 mod crash;
 mod dashboard;
+mod demo;
 mod faults;
 mod flow;
 mod groups;
