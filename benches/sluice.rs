@@ -1,6 +1,6 @@
 //! The sluice benchmark harness. Run with `cargo bench --bench sluice`
 //! (after `scripts/build-guests`); its options, after `--`, are in
-//! [`USAGE`] (`-- --help` prints them).
+//! [`usage`] (`-- --help` prints them).
 //!
 //! Every figure that has a target is printed next to a baseline measured in
 //! the same run (a native no-op handler over the same broker code), because
@@ -50,7 +50,9 @@ struct Args {
 }
 
 /// The options, as `--help` prints them.
-const USAGE: &str = "\
+fn usage() -> String {
+    format!(
+        "\
 usage: cargo bench --bench sluice -- [OPTIONS]
 
   --messages N       messages per embedded-broker drain (default 100000)
@@ -59,17 +61,19 @@ usage: cargo bench --bench sluice -- [OPTIONS]
   --calls N          calls per invocation benchmark (default 20000)
   --lang L           the guest language of the invocation benchmark: rust (the
                      default), c, python or js
-  --only NAMES       run only these sections, comma-separated: invoke, trace,
-                     drain, languages, batch, latency, restart, redis, postgres,
-                     bloat, limited, reload
+  --only NAMES       run only these sections, comma-separated: {}
   --rounds N         rounds of the metrics-cost drains (default 1): reuse with
                      metrics off, on, and scraped, in rotating order each
                      round; the medians of the per-round ratios. The latency
                      section runs its handlers N times alike
   --help             print this and exit
-";
+",
+        SECTIONS.join(", ")
+    )
+}
 
-/// The sections, in the order they run.
+/// The sections, in the order they run: what `--only` takes (`main` runs
+/// no other).
 const SECTIONS: [&str; 12] = [
     "invoke",
     "trace",
@@ -88,7 +92,7 @@ const SECTIONS: [&str; 12] = [
 /// Exit with `message` and the usage: a mistyped option or section would
 /// otherwise run the whole harness, or nothing at all.
 fn refuse(message: &str) -> ! {
-    eprintln!("sluice bench: {message}\n\n{USAGE}");
+    eprintln!("sluice bench: {message}\n\n{}", usage());
     std::process::exit(2)
 }
 
@@ -134,7 +138,7 @@ fn args() -> Args {
                 a.only = Some(names);
             }
             "--help" | "-h" => {
-                print!("{USAGE}");
+                print!("{}", usage());
                 std::process::exit(0)
             }
             "--bench" => {} // cargo passes it
@@ -1134,6 +1138,10 @@ fn main() {
     rt.block_on(async {
         let runtime = Runtime::new().unwrap();
         let run = |s: &str| {
+            assert!(
+                SECTIONS.contains(&s),
+                "section {s:?} is missing from SECTIONS"
+            );
             args.only
                 .as_deref()
                 .is_none_or(|o| o.split(',').any(|o| o == s))
