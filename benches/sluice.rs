@@ -500,6 +500,7 @@ async fn drain(
                 metrics: Some(m.handler("hello", dispatch.version())),
                 exporter: None,
                 paused: Paused::never("hello"),
+                broker_timeout: sluice::worker::DEFAULT_BROKER_TIMEOUT,
             };
             QueueWorker::new(m.metered(broker.clone()), dispatch, spec).with_observe(observe)
         }
@@ -512,8 +513,7 @@ async fn drain(
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     let text = m
                         .encode(&*broker, sluice::metrics::PoolCounts::default())
-                        .await
-                        .unwrap();
+                        .await;
                     assert!(text.contains("sluice_messages_done_total"));
                 }
             }))
@@ -1037,6 +1037,9 @@ async fn bench_reload(rounds: usize) {
         watch: true,
         admin: None,
         otlp_endpoint: None,
+        broker_timeout: None,
+        stall_after: None,
+        exit_on_stall: false,
     };
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let host = tokio::spawn(sluice::app::run(broker.clone(), options, async move {

@@ -32,6 +32,8 @@ use crate::reload::{DirWatcher, RESCAN};
 use crate::runtime::Runtime;
 use crate::ticker;
 use crate::trace::Exporter;
+use crate::watchdog;
+use crate::worker::DEFAULT_BROKER_TIMEOUT;
 
 /// How `run` behaves.
 #[derive(Clone, Debug)]
@@ -52,6 +54,13 @@ pub struct RunOptions {
     pub admin: Option<AdminOptions>,
     /// Export attempt spans to this OTLP/HTTP collector (base URL).
     pub otlp_endpoint: Option<String>,
+    /// The bound on one broker call of a worker; `None`: the default.
+    pub broker_timeout: Option<Duration>,
+    /// How long a queue that could move may stand still before it is
+    /// reported stalled; `None`: the watchdog is off.
+    pub stall_after: Option<Duration>,
+    /// Exit with an error when a queue stalls.
+    pub exit_on_stall: bool,
 }
 
 /// Where the admin endpoint listens, and the token it asks for.
@@ -59,6 +68,9 @@ pub struct RunOptions {
 pub struct AdminOptions {
     pub addr: String,
     pub token: Option<String>,
+    /// Host names the endpoint answers to besides its own address,
+    /// `localhost` and loopback (`admin_hosts`).
+    pub hosts: Vec<String>,
 }
 
 /// Serve every handler in `options.handlers` until `shutdown` resolves (or
@@ -86,21 +98,22 @@ pub async fn run_with_clock(
         Some(a) => Some(admin::bind(&a.addr, a.token.as_deref()).await?),
         None => None,
     };
-    let observers = observers(listener.is_some(), options.otlp_endpoint.as_deref())?;
+    let observers = observers(listener.is_some(), &options)?;
     let registry = Arc::new(
         Registry::new(loader, broker.clone(), options.handlers.clone())
             .with_observers(observers.clone()),
     );
     let admin = listener.map(|listener| {
-        let token = options.admin.as_ref().and_then(|a| a.token.clone());
-        AdminTask::spawn(listener, &broker, &registry, token)
+        let a = options
+            .admin
+            .as_ref()
+            .expect("a listener comes from admin options");
+        AdminTask::spawn(listener, &broker, &registry, a)
     });
     // Watch before the first scan, so nothing that changes in between is missed.
-    let watcher = if options.watch {
-        Some(DirWatcher::start(&options.handlers)?)
-    } else {
-        None
-    };
+    let watcher = (options.watch)
+        .then(|| DirWatcher::start(&options.handlers))
+        .transpose()?;
     read_pauses(&*broker, &observers.pauses).await;
     start(&*broker, &registry).await?;
     if let Some(a) = &admin {
@@ -108,6 +121,7 @@ pub async fn run_with_clock(
     }
     let host = host_id();
     report(&*broker, &registry, &host).await;
+    let mut stalled = Ok(());
     tokio::select! {
         _ = shutdown => tracing::info!("stopping: finishing messages in flight (up to {:?})", options.grace),
         r = wait_idle(&*broker, &registry, options.until_idle) => {
@@ -119,8 +133,9 @@ pub async fn run_with_clock(
         _ = redrive::run(broker.clone(), registry.clone(), clock.clone()) => {}
         _ = ticker::run(broker.clone(), registry.clone(), clock) => {}
         _ = observers.pauses.follow(&*broker) => {}
+        r = watch_stalls(&broker, &registry, &options) => stalled = r,
     }
-    stop(&*broker, &registry, &host, options.grace).await;
+    stop(&*broker, &registry, &host, &options).await;
     if let Some(a) = admin {
         a.stop().await;
     }
@@ -128,7 +143,31 @@ pub async fn run_with_clock(
         // Sending the last spans blocks.
         let _ = tokio::task::spawn_blocking(move || exporter.shutdown()).await;
     }
-    Ok(())
+    stalled
+}
+
+/// The stall watchdog, with the stalled queues shown in the metrics; never
+/// ends when it is off. Ends with an error on a stall with `exit_on_stall`.
+async fn watch_stalls(
+    broker: &Arc<dyn Broker>,
+    registry: &Arc<Registry>,
+    options: &RunOptions,
+) -> Result<()> {
+    let Some(stall_after) = options.stall_after else {
+        return std::future::pending().await;
+    };
+    let settings = watchdog::WatchSettings {
+        stall_after,
+        exit_on_stall: options.exit_on_stall,
+        broker_timeout: options.broker_timeout.unwrap_or(DEFAULT_BROKER_TIMEOUT),
+    };
+    let metrics = registry.observers().metrics.clone();
+    let shown = move |stalled: &std::collections::BTreeMap<String, String>| {
+        if let Some(m) = &metrics {
+            m.set_stalled(stalled);
+        }
+    };
+    watchdog::run(broker.clone(), registry.clone(), settings, shown).await
 }
 
 /// The loader of handler files: a new engine, the compiled cache.
@@ -158,8 +197,10 @@ async fn read_pauses(broker: &dyn Broker, board: &PauseBoard) {
 
 /// What the workers report to: metrics when the admin endpoint serves them,
 /// the span exporter when there is a collector, and the pause board.
-fn observers(metrics: bool, otlp_endpoint: Option<&str>) -> Result<Observers> {
-    let exporter = otlp_endpoint.map(Exporter::new).transpose()?;
+fn observers(metrics: bool, options: &RunOptions) -> Result<Observers> {
+    let exporter = (options.otlp_endpoint.as_deref())
+        .map(Exporter::new)
+        .transpose()?;
     if let Some(e) = &exporter {
         tracing::info!(endpoint = e.endpoint(), "exporting attempt spans over OTLP");
     }
@@ -167,6 +208,8 @@ fn observers(metrics: bool, otlp_endpoint: Option<&str>) -> Result<Observers> {
         metrics: metrics.then(Metrics::new),
         exporter,
         pauses: Arc::new(PauseBoard::default()),
+        broker_timeout: options.broker_timeout,
+        stalls: Arc::default(),
     })
 }
 
@@ -185,11 +228,17 @@ impl AdminTask {
         listener: tokio::net::TcpListener,
         broker: &Arc<dyn Broker>,
         registry: &Arc<Registry>,
-        token: Option<String>,
+        options: &AdminOptions,
     ) -> Self {
         let metrics =
             (registry.observers().metrics.clone()).expect("metrics are on with the admin endpoint");
-        let admin = Admin::new(broker.clone(), registry.clone(), metrics, token);
+        let admin = Admin::new(
+            broker.clone(),
+            registry.clone(),
+            metrics,
+            options.token.clone(),
+            options.hosts.clone(),
+        );
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(admin::serve(listener, admin.clone(), async {
             let _ = stopped.await;
@@ -230,16 +279,25 @@ async fn start(broker: &dyn Broker, registry: &Registry) -> Result<()> {
 }
 
 /// Stop the workers, pass on the last held publishes and withdraw this
-/// host's status report.
-async fn stop(broker: &dyn Broker, registry: &Registry, host: &str, grace: Duration) {
-    registry.stop_all(grace).await;
+/// host's status report, each broker call bounded by `broker_timeout`: a
+/// host stopping because its broker hangs must still stop.
+async fn stop(broker: &dyn Broker, registry: &Registry, host: &str, options: &RunOptions) {
+    let bound = options.broker_timeout.unwrap_or(DEFAULT_BROKER_TIMEOUT);
+    registry.stop_all(options.grace).await;
     // Publishes committed with the last acks may still wait in an outbox;
     // left there, they would wait for the relay of another running host.
-    if let Err(e) = broker.flush().await {
-        tracing::warn!(error = %chain(&e), "could not pass on the last held publishes; the relay of any running host, or the next to start, will");
+    match tokio::time::timeout(bound, broker.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %chain(&e), "could not pass on the last held publishes; the relay of any running host, or the next to start, will")
+        }
+        Err(_) => tracing::warn!(
+            "the broker did not take the last held publishes within {bound:?}; the relay of any running host, or the next to start, will"
+        ),
     }
-    if let Err(e) = broker.put_handler_statuses(host, Vec::new()).await {
-        tracing::debug!(error = %chain(&e), "could not clear this host's handler status");
+    let cleared = tokio::time::timeout(bound, broker.put_handler_statuses(host, Vec::new())).await;
+    if !matches!(cleared, Ok(Ok(()))) {
+        tracing::debug!("could not clear this host's handler status; it goes stale on its own");
     }
 }
 

@@ -38,6 +38,16 @@ pub struct HostConfig {
     pub handlers: Option<PathBuf>,
     /// How long in-flight messages may run on after SIGINT/SIGTERM.
     pub shutdown_grace: Option<Dur>,
+    /// The longest a worker waits for one broker call before giving it up
+    /// with a log line and trying again (default 10 s; never longer than
+    /// the queue's lease).
+    pub broker_timeout: Option<Dur>,
+    /// How long a queue whose work could move may stand still before the
+    /// host reports it stalled (default 30 s), or `off`.
+    pub stall_after: Option<StallAfter>,
+    /// Exit non-zero when a queue stalls, for a supervisor to restart the
+    /// host (default false).
+    pub exit_on_stall: Option<bool>,
     /// Cap on payload plus headers of one message.
     pub max_message_size: Option<Size>,
     /// `text` (default) or `json`.
@@ -56,10 +66,33 @@ pub struct HostConfig {
     /// The bearer token the admin endpoint asks for (else
     /// `SLUICE_ADMIN_TOKEN`); required off loopback.
     pub admin_token: Option<String>,
+    /// Host names the admin endpoint answers to besides its own address,
+    /// `localhost` and loopback: the names a proxy or a browser uses to
+    /// reach it. Any other `Host` is refused (421), against DNS rebinding.
+    pub admin_hosts: Option<Vec<String>>,
     /// An OTLP/HTTP collector's base URL, e.g. `http://127.0.0.1:4318`
     /// (else `OTEL_EXPORTER_OTLP_ENDPOINT`): attempt spans are exported
     /// there.
     pub otlp_endpoint: Option<String>,
+}
+
+/// `stall_after`: a duration, or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StallAfter {
+    Off,
+    After(Duration),
+}
+
+impl<'de> Deserialize<'de> for StallAfter {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text.trim().eq_ignore_ascii_case("off") {
+            return Ok(StallAfter::Off);
+        }
+        crate::units::parse_duration(&text)
+            .map(StallAfter::After)
+            .map_err(|e| serde::de::Error::custom(format!("stall_after: {e}, or \"off\"")))
+    }
 }
 
 /// How log lines are written: `text` for people, `json` for collectors.
@@ -87,11 +120,25 @@ impl HostConfig {
         if let Some(grace) = self.shutdown_grace {
             bounds::check_duration("shutdown_grace", grace.0, bounds::SHUTDOWN_GRACE)?;
         }
+        if let Some(bound) = self.broker_timeout {
+            bounds::check_duration("broker_timeout", bound.0, bounds::BROKER_TIMEOUT)?;
+        }
+        if let Some(StallAfter::After(after)) = self.stall_after {
+            bounds::check_duration("stall_after", after, bounds::STALL_AFTER)?;
+        }
+        if self.exit_on_stall == Some(true) && self.stall_after == Some(StallAfter::Off) {
+            bail!(
+                "exit_on_stall = true needs the stall watchdog, but stall_after = \"off\"; set stall_after to a duration (1s to 1h) or drop exit_on_stall"
+            );
+        }
         if let Some(size) = self.max_message_size {
             bounds::check_size("max_message_size", size.0, bounds::MESSAGE_SIZE)?;
         }
         if let Some(size) = self.max_component_size {
             bounds::check_size("max_component_size", size.0, bounds::COMPONENT_SIZE)?;
+        }
+        if let Some(hosts) = &self.admin_hosts {
+            validate_admin_hosts(hosts)?;
         }
         Ok(())
     }
@@ -106,6 +153,26 @@ impl HostConfig {
         self.max_message_size
             .map_or(DEFAULT_MAX_MESSAGE_SIZE, |s| s.0)
     }
+}
+
+/// Check `admin_hosts` as written: each a host name or address, without a
+/// scheme or a port.
+fn validate_admin_hosts(hosts: &[String]) -> Result<()> {
+    for host in hosts {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let address = bare.parse::<std::net::IpAddr>().is_ok();
+        let name = !host.is_empty()
+            && host.len() <= 253
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+        if !address && !name {
+            bail!(
+                "admin_hosts: {host:?} is not a host name or address; list names like \"sluice.internal\", without a scheme or a port"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Parse TOML into `T`, turning errors into one line: `FILE:LINE:COL: what`.
@@ -605,6 +672,21 @@ mod tests {
 
     fn parse(text: &str) -> Result<HandlerSpec> {
         HandlerSpec::parse("orders", Path::new("handlers/orders.toml"), text)
+    }
+
+    #[test]
+    fn admin_hosts_are_names_or_addresses() {
+        let ok = ["sluice.internal", "10.1.2.3", "::1", "[::1]"].map(String::from);
+        assert!(validate_admin_hosts(&ok).is_ok());
+        for bad in ["", "http://x", "x:80", "a b", "sluice.internal:9464"] {
+            let e = validate_admin_hosts(&[bad.to_string()])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("admin_hosts") && e.contains("without a scheme"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -67,10 +67,12 @@ pub mod registry;
 pub mod reload;
 pub mod runtime;
 pub mod schedule;
+pub mod stall;
 pub mod ticker;
 pub mod topic;
 pub mod trace;
 pub mod units;
+pub mod watchdog;
 pub mod wit;
 pub mod worker;
 

@@ -9,9 +9,10 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    // Die quietly on a closed pipe (`sluice stats | head`), like other CLIs,
-    // instead of panicking in println!.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    // SIGPIPE stays ignored, as Rust sets it: a host writing to a broker's
+    // socket that was just closed gets EPIPE and reconnects, where the
+    // signal's default would kill it without a word. The command line's
+    // output ends quietly on a closed pipe through `cli::outln!` instead.
     let cli = sluice::cli::Cli::parse();
     match sluice::cli::main(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

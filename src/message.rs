@@ -11,6 +11,13 @@ pub const DEFAULT_MAX_MESSAGE_SIZE: u64 = 1 << 20;
 /// Most headers one message may carry.
 pub const MAX_HEADERS: usize = 64;
 
+/// The longest idempotency key, in bytes.
+pub const MAX_KEY: usize = 512;
+
+/// The longest delay sluice accepts anywhere: a publish's delay, a retry
+/// delay, a backoff bound, a guest's delay cap.
+pub const MAX_DELAY: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// What each header costs in a message's size beyond its name and value,
 /// so that empty headers are not free.
 pub const HEADER_OVERHEAD: u64 = 32;
@@ -81,14 +88,25 @@ impl NewMessage {
         self.payload.len() as u64 + headers + self.key.as_ref().map_or(0, String::len) as u64
     }
 
-    /// Check the queue name and the size limit; the error names what is wrong.
+    /// The one check every publish entry point applies (the `Client` and
+    /// so `sluice send`, a handler's publish, a cron schedule's message;
+    /// the SQL function `sluice.publish` makes the same checks in
+    /// `queue_v8.sql`): the queue name, at most [`MAX_HEADERS`] headers
+    /// with names and values a broker can keep, a key of 1 to [`MAX_KEY`]
+    /// bytes without NUL, a delay of at most [`MAX_DELAY`], and the size
+    /// limit. The error names the queue and what is wrong.
     pub fn validate(&self, max_size: u64) -> Result<(), String> {
         validate_queue_name(&self.queue)?;
-        if self.headers.len() > MAX_HEADERS {
+        self.validate_headers()?;
+        if let Some(key) = &self.key {
+            self.validate_key(key)?;
+        }
+        if self.delay > MAX_DELAY {
             return Err(format!(
-                "message for queue {:?} has {} headers; at most {MAX_HEADERS} are allowed",
+                "message for queue {:?} has a delay of {}, over the longest sluice accepts ({}): publish it later, with a shorter delay",
                 self.queue,
-                self.headers.len()
+                humantime::format_duration(self.delay),
+                humantime::format_duration(MAX_DELAY)
             ));
         }
         let size = self.size();
@@ -100,19 +118,53 @@ impl NewMessage {
                 format_size(max_size)
             ));
         }
-        if let Some(key) = &self.key {
-            if key.is_empty() {
+        Ok(())
+    }
+
+    /// At most [`MAX_HEADERS`]; names not empty and without `=` (`sluice
+    /// send --header K=V` could not give one) or NUL, values without NUL
+    /// (PostgreSQL's text cannot hold it).
+    fn validate_headers(&self) -> Result<(), String> {
+        let queue = &self.queue;
+        if self.headers.len() > MAX_HEADERS {
+            return Err(format!(
+                "message for queue {queue:?} has {} headers; at most {MAX_HEADERS} are allowed",
+                self.headers.len()
+            ));
+        }
+        for (name, value) in &self.headers {
+            if name.is_empty() || name.contains(['=', '\0']) {
                 return Err(format!(
-                    "message for queue {:?} has an empty idempotency key",
-                    self.queue
+                    "message for queue {queue:?} has a bad header name {name:?}: a header name is 1 or more characters without `=` or NUL"
                 ));
             }
-            if key.contains('\0') {
+            if value.contains('\0') {
                 return Err(format!(
-                    "message for queue {:?} has a NUL character in its idempotency key {key:?}; a key is text without NUL (PostgreSQL cannot store it)",
-                    self.queue
+                    "message for queue {queue:?} has a NUL character in header {name:?}: a header value is text without NUL"
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// 1 to [`MAX_KEY`] bytes without NUL.
+    fn validate_key(&self, key: &str) -> Result<(), String> {
+        let queue = &self.queue;
+        if key.is_empty() {
+            return Err(format!(
+                "message for queue {queue:?} has an empty idempotency key: give 1 to {MAX_KEY} bytes, or none to key it by its id"
+            ));
+        }
+        if key.len() > MAX_KEY {
+            return Err(format!(
+                "message for queue {queue:?} has an idempotency key of {} bytes; at most {MAX_KEY} are allowed (hash a longer one)",
+                key.len()
+            ));
+        }
+        if key.contains('\0') {
+            return Err(format!(
+                "message for queue {queue:?} has a NUL character in its idempotency key {key:?}; a key is text without NUL (PostgreSQL cannot store it)"
+            ));
         }
         Ok(())
     }
@@ -223,8 +275,8 @@ mod tests {
     #[test]
     fn headers_are_counted_and_not_free() {
         let mut m = NewMessage::new("q", "x");
-        m.headers = vec![(String::new(), String::new()); MAX_HEADERS];
-        assert_eq!(m.size(), 1 + MAX_HEADERS as u64 * HEADER_OVERHEAD);
+        m.headers = vec![("h".into(), String::new()); MAX_HEADERS];
+        assert_eq!(m.size(), 1 + MAX_HEADERS as u64 * (1 + HEADER_OVERHEAD));
         assert!(m.validate(DEFAULT_MAX_MESSAGE_SIZE).is_ok());
         m.headers.push(("a".into(), "b".into()));
         let err = m.validate(DEFAULT_MAX_MESSAGE_SIZE).unwrap_err();
@@ -242,6 +294,54 @@ mod tests {
         );
         m.key = Some("a b".into());
         assert!(m.validate(DEFAULT_MAX_MESSAGE_SIZE).is_ok());
+    }
+
+    #[test]
+    fn keys_are_1_to_512_bytes() {
+        let mut m = NewMessage::new("orders", "x");
+        m.key = Some(String::new());
+        let err = m.validate(DEFAULT_MAX_MESSAGE_SIZE).unwrap_err();
+        assert!(err.contains("\"orders\"") && err.contains("empty"), "{err}");
+        m.key = Some("k".repeat(MAX_KEY));
+        assert!(m.validate(DEFAULT_MAX_MESSAGE_SIZE).is_ok());
+        m.key = Some("k".repeat(MAX_KEY + 1));
+        let err = m.validate(DEFAULT_MAX_MESSAGE_SIZE).unwrap_err();
+        assert!(
+            err.contains("\"orders\"") && err.contains("513 bytes; at most 512"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn header_names_and_values_are_checked() {
+        let refused = |name: &str, value: &str| {
+            let mut m = NewMessage::new("orders", "x");
+            m.headers = vec![(name.into(), value.into())];
+            m.validate(DEFAULT_MAX_MESSAGE_SIZE).err()
+        };
+        assert_eq!(refused("tenant", "a=b c"), None);
+        for (name, value) in [("", "v"), ("a=b", "v"), ("a\0", "v")] {
+            let err = refused(name, value).unwrap();
+            assert!(
+                err.contains("\"orders\"") && err.contains("bad header name"),
+                "{err}"
+            );
+        }
+        let err = refused("tenant", "a\0").unwrap();
+        assert!(err.contains("NUL") && err.contains("\"tenant\""), "{err}");
+    }
+
+    #[test]
+    fn delays_are_at_most_30_days() {
+        let mut m = NewMessage::new("orders", "x");
+        m.delay = MAX_DELAY;
+        assert!(m.validate(DEFAULT_MAX_MESSAGE_SIZE).is_ok());
+        m.delay = MAX_DELAY + Duration::from_millis(1);
+        let err = m.validate(DEFAULT_MAX_MESSAGE_SIZE).unwrap_err();
+        assert!(
+            err.contains("\"orders\"") && err.contains("delay") && err.contains("30days"),
+            "{err}"
+        );
     }
 
     #[test]

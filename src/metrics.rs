@@ -39,6 +39,9 @@ pub struct PoolCounts {
     pub spare: i64,
 }
 
+/// How long a scrape waits for the broker's counts.
+pub const SCRAPE_BROKER_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Every metric of one host.
 pub struct Metrics {
     registry: Registry,
@@ -59,6 +62,12 @@ pub struct Metrics {
     in_flight: Family<QueueLabels, Gauge>,
     dead_letters: Family<QueueLabels, Gauge>,
     paused: Family<QueueLabels, Gauge>,
+    /// 1 for each queue the stall watchdog finds stalled on this host.
+    stalled: Family<QueueLabels, Gauge>,
+    /// Those queues, as the watchdog last set them.
+    stalled_now: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// 1 when the broker answered the last scrape's counts.
+    broker_up: Gauge,
     /// Versions swapped in (first loads included).
     pub reloads: Counter,
     /// Handler files refused, by handler.
@@ -107,6 +116,9 @@ impl Metrics {
             in_flight: Family::default(),
             dead_letters: Family::default(),
             paused: Family::default(),
+            stalled: Family::default(),
+            stalled_now: Default::default(),
+            broker_up: Gauge::default(),
             reloads: Counter::default(),
             refusals: Family::default(),
             instances: Gauge::default(),
@@ -120,7 +132,8 @@ impl Metrics {
 
     fn register(&mut self) {
         self.register_handler_metrics();
-        self.register_queue_and_host_metrics();
+        self.register_queue_metrics();
+        self.register_host_metrics();
     }
 
     /// Counters and histograms by handler and version.
@@ -202,8 +215,8 @@ impl Metrics {
         );
     }
 
-    /// Gauges by queue, and the host's own metrics.
-    fn register_queue_and_host_metrics(&mut self) {
+    /// Gauges by queue.
+    fn register_queue_metrics(&mut self) {
         let r = &mut self.registry;
         let gauges = [
             ("queue_ready", "Messages ready to be leased", &self.ready),
@@ -219,9 +232,39 @@ impl Metrics {
             ),
             ("queue_dead", "Dead letters", &self.dead_letters),
             ("queue_paused", "1 while the queue is paused", &self.paused),
+            (
+                "queue_stalled",
+                "1 while the queue is stalled on this host: it could move and has not for stall_after",
+                &self.stalled,
+            ),
         ];
         for (name, help, family) in gauges {
             r.register(name, help, family.clone());
+        }
+    }
+
+    /// The host's own gauges and counters, and its broker calls.
+    fn register_host_metrics(&mut self) {
+        let r = &mut self.registry;
+        let host_gauges = [
+            (
+                "broker_up",
+                "1 when the broker answered this scrape's counts; 0: the queue gauges are missing",
+                &self.broker_up,
+            ),
+            (
+                "pool_instances_in_use",
+                "Handler instances alive in the engine's pool",
+                &self.instances,
+            ),
+            (
+                "pool_spare_instances",
+                "Fresh instances made ahead of the messages, ready or being made",
+                &self.spares,
+            ),
+        ];
+        for (name, help, gauge) in host_gauges {
+            r.register(name, help, gauge.clone());
         }
         r.register(
             "reloads",
@@ -232,16 +275,6 @@ impl Metrics {
             "refusals",
             "Handler files refused, by handler",
             self.refusals.clone(),
-        );
-        r.register(
-            "pool_instances_in_use",
-            "Handler instances alive in the engine's pool",
-            self.instances.clone(),
-        );
-        r.register(
-            "pool_spare_instances",
-            "Fresh instances made ahead of the messages, ready or being made",
-            self.spares.clone(),
         );
         r.register_with_unit(
             "broker_request_duration",
@@ -300,14 +333,46 @@ impl Metrics {
     /// out.
     /// The metrics in OpenMetrics text, with the queue gauges read from
     /// `broker` and the pool gauges set to `pool`.
-    pub async fn encode(&self, broker: &dyn Presence, pool: PoolCounts) -> Result<String> {
-        let stats = broker.stats().await?;
-        self.set_queues(&stats);
+    ///
+    /// A broker that fails or does not answer within [`SCRAPE_BROKER_TIMEOUT`]
+    /// leaves the queue gauges out and `sluice_broker_up` 0: the host's own
+    /// metrics, a stalled queue's gauge among them, are served all the same.
+    pub async fn encode(&self, broker: &dyn Presence, pool: PoolCounts) -> String {
+        match tokio::time::timeout(SCRAPE_BROKER_TIMEOUT, broker.stats()).await {
+            Ok(Ok(stats)) => {
+                self.set_queues(&stats);
+                self.broker_up.set(1);
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %crate::error::chain(&e), "metrics: cannot read the queues from the broker; serving the host's own metrics");
+                self.set_queues(&[]);
+                self.broker_up.set(0);
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "metrics: the broker did not answer within {SCRAPE_BROKER_TIMEOUT:?}; serving the host's own metrics"
+                );
+                self.set_queues(&[]);
+                self.broker_up.set(0);
+            }
+        }
         self.instances.set(pool.in_use);
         self.spares.set(pool.spare);
         let mut text = String::new();
         encode(&mut text, &self.registry).expect("writing to a String cannot fail");
-        Ok(text)
+        text
+    }
+
+    /// Show `stalled` as the stalled queues, each at 1; every other queue
+    /// the broker counts shows 0 at the next scrape.
+    pub fn set_stalled(&self, stalled: &std::collections::BTreeMap<String, String>) {
+        *self.stalled_now.lock().expect("stalled lock") = stalled.keys().cloned().collect();
+        self.stalled.clear();
+        for queue in stalled.keys() {
+            self.stalled
+                .get_or_create(&[("queue", queue.clone())])
+                .set(1);
+        }
     }
 
     fn set_queues(&self, stats: &[QueueStats]) {
@@ -317,8 +382,15 @@ impl Metrics {
             &self.in_flight,
             &self.dead_letters,
             &self.paused,
+            &self.stalled,
         ] {
             family.clear();
+        }
+        let stalled = self.stalled_now.lock().expect("stalled lock").clone();
+        for queue in &stalled {
+            self.stalled
+                .get_or_create(&[("queue", queue.clone())])
+                .set(1);
         }
         for s in stats {
             let l = [("queue", s.queue.clone())];
@@ -328,6 +400,8 @@ impl Metrics {
             self.in_flight.get_or_create(&l).set(n(s.in_flight));
             self.dead_letters.get_or_create(&l).set(n(s.dead));
             self.paused.get_or_create(&l).set(i64::from(s.paused));
+            // 0 unless the watchdog set it.
+            let _ = self.stalled.get_or_create(&l);
         }
     }
 
@@ -571,5 +645,13 @@ mod tests {
         m.set_queues(&[QueueStats::empty("a")]);
         let t = text(&m);
         assert!(!t.contains("queue=\"b\""), "{t}");
+        assert!(t.contains("sluice_queue_stalled{queue=\"a\"} 0"), "{t}");
+        let stalled = [("a".to_string(), "a settle".to_string())].into();
+        m.set_stalled(&stalled);
+        m.set_queues(&[QueueStats::empty("a")]);
+        assert!(text(&m).contains("sluice_queue_stalled{queue=\"a\"} 1"));
+        m.set_stalled(&Default::default());
+        m.set_queues(&[QueueStats::empty("a")]);
+        assert!(text(&m).contains("sluice_queue_stalled{queue=\"a\"} 0"));
     }
 }

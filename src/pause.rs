@@ -36,6 +36,11 @@ impl PauseBoard {
         }
     }
 
+    /// Whether `queue` is paused now.
+    pub fn is_paused(&self, queue: &str) -> bool {
+        self.tx.borrow().contains(queue)
+    }
+
     /// Take `paused` for the paused queues from now on.
     pub fn set(&self, paused: Vec<String>) {
         let new: BTreeSet<String> = paused.into_iter().collect();

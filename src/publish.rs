@@ -16,8 +16,10 @@ use crate::topic::{
 /// idempotency key).
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
-    /// Bad input: a queue, topic or routing key name, a message over the size
-    /// limit, or a topic publish that no bound queue takes.
+    /// Bad input: a queue, topic or routing key name, headers, an
+    /// idempotency key or a delay that `NewMessage::validate` refuses, a
+    /// message over the size limit, or a topic publish that no bound queue
+    /// takes.
     #[error("{0}")]
     Refused(String),
     /// The broker could not be reached or failed.

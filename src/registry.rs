@@ -28,8 +28,9 @@ use crate::pause::PauseBoard;
 use crate::policy::RedrivePolicy;
 use crate::runtime::{Handler, POOL_INSTANCES};
 use crate::schedule::Schedule;
+use crate::stall::StallBoard;
 use crate::trace::Exporter;
-use crate::worker::{Observe, WorkerStats, supervise};
+use crate::worker::{DEFAULT_BROKER_TIMEOUT, Observe, WorkerStats, supervise};
 
 /// What the host's workers report to and are steered by: its metrics (when
 /// it serves them), its span exporter (when it exports) and its view of
@@ -39,6 +40,11 @@ pub struct Observers {
     pub metrics: Option<Arc<Metrics>>,
     pub exporter: Option<Arc<Exporter>>,
     pub pauses: Arc<PauseBoard>,
+    /// The bound on one broker call of a worker (`broker_timeout`); `None`:
+    /// [`DEFAULT_BROKER_TIMEOUT`].
+    pub broker_timeout: Option<Duration>,
+    /// The queues the stall watchdog finds stalled.
+    pub stalls: Arc<StallBoard>,
 }
 
 impl Observers {
@@ -51,8 +57,17 @@ impl Observers {
                 .map(|m| m.handler(&handler.spec.name, &handler.version)),
             exporter: self.exporter.clone(),
             paused: self.pauses.watch(&handler.spec.queue),
+            broker_timeout: self.broker_timeout.unwrap_or(DEFAULT_BROKER_TIMEOUT),
         }
     }
+}
+
+/// A serving worker, as the stall watchdog sees it.
+pub struct Watched {
+    pub queue: String,
+    pub spec: HandlerSpec,
+    pub stats: Arc<WorkerStats>,
+    pub paused: bool,
 }
 
 /// A handler version serving its queue: its worker task and how to stop it.
@@ -246,6 +261,22 @@ impl Registry {
             .values()
             .chain(state.retired.iter())
             .map(|r| (r.queue.clone(), r.stats.clone()))
+            .collect()
+    }
+
+    /// What the stall watchdog looks at: each serving worker, its queue's
+    /// settings, its live counts and whether the queue is paused.
+    pub async fn watched(&self) -> Vec<Watched> {
+        let state = self.state.lock().await;
+        state
+            .running
+            .values()
+            .map(|r| Watched {
+                queue: r.queue.clone(),
+                spec: r.handler.spec.clone(),
+                stats: r.stats.clone(),
+                paused: self.observers.pauses.is_paused(&r.queue),
+            })
             .collect()
     }
 

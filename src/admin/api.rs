@@ -26,7 +26,7 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{Admin, error};
 use crate::broker::{BrokerError, ReplaySelector, fresh_statuses};
@@ -143,16 +143,27 @@ fn count(
 
 async fn queues(State(a): State<Arc<Admin>>) -> Response {
     match a.broker.stats().await {
-        Ok(all) => Json(all).into_response(),
+        Ok(all) => {
+            let all: Vec<Value> = all.iter().map(|s| with_stall(&a, s)).collect();
+            Json(all).into_response()
+        }
         Err(e) => unavailable("cannot read the queues", &e),
     }
 }
 
 async fn queue(State(a): State<Arc<Admin>>, QueueName(queue): QueueName) -> Response {
     match a.broker.queue_stats(&queue).await {
-        Ok(s) => Json(s).into_response(),
+        Ok(s) => Json(with_stall(&a, &s)).into_response(),
         Err(e) => unavailable(&format!("cannot read queue {queue:?}"), &e),
     }
+}
+
+/// A queue's counts with `stalled`: what it waits on, when this host's
+/// watchdog finds it stalled, else null.
+fn with_stall(a: &Admin, s: &crate::broker::QueueStats) -> Value {
+    let mut v = serde_json::to_value(s).expect("counts serialize");
+    v["stalled"] = json!(a.registry.observers().stalls.of(&s.queue));
+    v
 }
 
 async fn pause(State(a): State<Arc<Admin>>, QueueName(queue): QueueName) -> Response {

@@ -7,6 +7,12 @@
 //! (which holds no data: it asks for the token and sends it with each of its
 //! API calls).
 //!
+//! Every route first checks that the request's `Host` names the endpoint,
+//! and every request that changes state that it carries the token or
+//! `X-Sluice-Request: 1` and no foreign `Origin` (see [`guard`]): so a web
+//! page the operator visits can neither read the endpoint by rebinding a
+//! name to loopback nor pause queues and replay dead letters by forgery.
+//!
 //! | Route | What |
 //! |---|---|
 //! | `GET /` | the dashboard |
@@ -35,6 +41,7 @@ use crate::metrics::Metrics;
 use crate::registry::Registry;
 
 mod api;
+mod guard;
 
 /// The default address: loopback, the port Prometheus exporters often take.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:9464";
@@ -49,6 +56,9 @@ pub struct Admin {
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
     token: Option<String>,
+    /// Host names the endpoint answers to beyond its address, `localhost`
+    /// and loopback (`admin_hosts`).
+    hosts: Vec<String>,
     /// Set once the host has gone through its handlers directory.
     started: AtomicBool,
 }
@@ -59,12 +69,14 @@ impl Admin {
         registry: Arc<Registry>,
         metrics: Arc<Metrics>,
         token: Option<String>,
+        hosts: Vec<String>,
     ) -> Arc<Self> {
         Arc::new(Admin {
             broker,
             registry,
             metrics,
             token,
+            hosts,
             started: AtomicBool::new(false),
         })
     }
@@ -116,14 +128,15 @@ pub async fn serve(
 ) -> Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "admin endpoint: http://{addr}/ (metrics at /metrics)");
-    axum::serve(listener, router(admin))
+    let app = router(admin).into_make_service_with_connect_info::<guard::Local>();
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
         .context("the admin endpoint stopped")
 }
 
-/// Every route.
-pub fn router(admin: Arc<Admin>) -> Router {
+/// Every route, behind the Host and forgery checks.
+fn router(admin: Arc<Admin>) -> Router {
     let guarded = Router::new()
         .route("/metrics", get(metrics))
         .merge(api::routes())
@@ -134,6 +147,8 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .route("/readyz", get(readyz))
         .merge(guarded)
         .fallback(not_found)
+        .layer(from_fn_with_state(admin.clone(), guard::check_forgery))
+        .layer(from_fn_with_state(admin.clone(), guard::check_host))
         .with_state(admin)
 }
 
@@ -193,20 +208,15 @@ async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
         in_use: admin.registry.instances_in_use() as i64,
         spare: admin.registry.spare_instances() as i64,
     };
-    match admin.metrics.encode(&*admin.broker, pool).await {
-        Ok(text) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            text,
-        )
-            .into_response(),
-        Err(e) => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("cannot read the queues from the broker: {}", chain(&e)),
-        ),
-    }
+    let text = admin.metrics.encode(&*admin.broker, pool).await;
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
 }
 
 async fn healthz() -> Response {
@@ -224,6 +234,9 @@ async fn readyz(State(admin): State<Arc<Admin>>, _: HeaderMap) -> Response {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => reasons.push(format!("the broker is unreachable: {}", chain(&e))),
         Err(_) => reasons.push(format!("the broker did not answer within {BROKER_CHECK:?}")),
+    }
+    for (queue, why) in admin.registry.observers().stalls.all() {
+        reasons.push(format!("queue {queue} is stalled, waiting on {why}"));
     }
     match loader::scan(admin.registry.dir()) {
         Ok(names) => {

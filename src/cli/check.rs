@@ -28,7 +28,7 @@ pub fn check(ctx: &Context, args: CheckArgs) -> Result<()> {
     if ctx.json {
         return super::print_json(&report);
     }
-    println!(
+    outln!(
         "{}: ok, implements {} ({})",
         args.file.display(),
         report.world,
@@ -36,20 +36,20 @@ pub fn check(ctx: &Context, args: CheckArgs) -> Result<()> {
     );
     for import in &report.imports {
         match crate::check::refusal(import) {
-            Some(reason) => println!("  import {import}  (refused: {reason})"),
-            None => println!("  import {import}"),
+            Some(reason) => outln!("  import {import}  (refused: {reason})"),
+            None => outln!("  import {import}"),
         }
     }
     for export in &report.exports {
-        println!("  export {export}");
+        outln!("  export {export}");
     }
     if report.world == crate::runtime::World::HandlerV1.name() {
-        println!(
+        outln!(
             "  built for sluice:handler@0.1.0: served as it is; rebuild against 0.2.0 for snooze, the lease imports and batches (docs/handlers.md, \"Upgrading from 0.1.0\")"
         );
     }
     if !report.refused.is_empty() {
-        println!(
+        outln!(
             "  {} import(s) link but their use is refused, for the reasons above; only the key-value store and outgoing HTTP can be granted, under [capabilities] in the handler's sidecar",
             report.refused.len()
         );

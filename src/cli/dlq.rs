@@ -55,12 +55,15 @@ pub async fn dlq(ctx: &Context, args: DlqArgs) -> Result<()> {
                     print_json(&d.to_json())?;
                 }
             } else {
-                println!(
+                outln!(
                     "{:<34} {:>8} {:>8}  {:<24} REASON",
-                    "ID", "ATTEMPTS", "REDRIVES", "DIED"
+                    "ID",
+                    "ATTEMPTS",
+                    "REDRIVES",
+                    "DIED"
                 );
                 for d in &dead {
-                    println!(
+                    outln!(
                         "{:<34} {:>8} {:>8}  {:<24} {}",
                         d.id,
                         d.attempts,
@@ -141,25 +144,25 @@ async fn replay(
 
 /// `dlq show` as text, one field a line.
 fn print_dead_letter(d: &DeadLetter) {
-    println!("id:        {}", d.id);
-    println!("queue:     {}", d.queue);
-    println!("key:       {}", d.key);
-    println!("attempts:  {}", d.attempts);
-    println!("redrives:  {}", d.redrives);
-    println!("enqueued:  {}", iso(d.enqueued_at_ms));
-    println!("died:      {}", iso(d.died_at_ms));
-    println!("reason:    {}", d.reason);
-    println!("error:     {}", d.last_error.as_deref().unwrap_or("-"));
-    println!("version:   {}", d.handler_version.as_deref().unwrap_or("-"));
+    outln!("id:        {}", d.id);
+    outln!("queue:     {}", d.queue);
+    outln!("key:       {}", d.key);
+    outln!("attempts:  {}", d.attempts);
+    outln!("redrives:  {}", d.redrives);
+    outln!("enqueued:  {}", iso(d.enqueued_at_ms));
+    outln!("died:      {}", iso(d.died_at_ms));
+    outln!("reason:    {}", d.reason);
+    outln!("error:     {}", d.last_error.as_deref().unwrap_or("-"));
+    outln!("version:   {}", d.handler_version.as_deref().unwrap_or("-"));
     if let Some(group) = &d.group {
-        println!("group:     {group}");
+        outln!("group:     {group}");
     }
     for (k, v) in &d.headers {
-        println!("header:    {k}={v}");
+        outln!("header:    {k}={v}");
     }
     match std::str::from_utf8(&d.payload) {
-        Ok(text) => println!("payload:   {text}"),
-        Err(_) => println!(
+        Ok(text) => outln!("payload:   {text}"),
+        Err(_) => outln!(
             "payload:   (not UTF-8, {} bytes, base64) {}",
             d.payload.len(),
             base64::engine::general_purpose::STANDARD.encode(&d.payload)
@@ -171,7 +174,7 @@ fn report(ctx: &Context, verb: &str, queue: &str, n: u64) -> Result<()> {
     if ctx.json {
         print_json(&serde_json::json!({ "queue": queue, verb: n }))
     } else {
-        println!("{verb} {n} dead letter(s) in queue {queue}");
+        outln!("{verb} {n} dead letter(s) in queue {queue}");
         Ok(())
     }
 }

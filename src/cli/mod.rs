@@ -8,6 +8,29 @@ use clap::{Parser, Subcommand};
 
 use crate::config::{DEFAULT_BROKER, HostConfig, LogFormat};
 
+/// `println!` for the command line's own output: when the reader has gone
+/// away (`sluice stats | head`), the command ends quietly with status 141,
+/// as one killed by SIGPIPE would, instead of panicking. The process keeps
+/// SIGPIPE ignored (Rust's default): a host writing to a socket a broker
+/// closed must get an error to handle, not a signal that kills it.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::say(format_args!($($arg)*))
+    };
+}
+
+/// Write one line of output; see [`outln!`].
+pub(crate) fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let written = out.write_fmt(line).and_then(|()| out.write_all(b"\n"));
+    match written {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(141),
+        Err(e) => panic!("failed printing to stdout: {e}"),
+    }
+}
+
 mod check;
 mod dlq;
 mod new;
@@ -150,6 +173,6 @@ fn init_logging(format: LogFormat) {
 
 /// Print a value as JSON on one line.
 pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<()> {
-    println!("{}", serde_json::to_string(value)?);
+    outln!("{}", serde_json::to_string(value)?);
     Ok(())
 }

@@ -221,16 +221,16 @@ pub fn new(ctx: &Context, args: NewArgs) -> Result<()> {
     if ctx.json {
         return super::print_json(&serde_json::json!({ "dir": dir, "files": written }));
     }
-    println!(
+    outln!(
         "created {} ({:?} handler {}, world {world}):",
         dir.display(),
         args.lang,
         args.name
     );
     for f in &written {
-        println!("  {f}");
+        outln!("  {f}");
     }
-    println!(
+    outln!(
         "build it with {}/build.sh; it writes {}.wasm",
         dir.display(),
         args.name

@@ -31,11 +31,11 @@ pub async fn set_paused(ctx: &Context, args: PauseArgs, paused: bool) -> Result<
         return print_json(&serde_json::json!({ "queue": queue, "paused": paused }));
     }
     if paused {
-        println!(
+        outln!(
             "paused queue {queue}: every host stops leasing its messages within {PAUSE_POLL:?}; calls in flight finish; `sluice resume {queue}` undoes it"
         );
     } else {
-        println!("resumed queue {queue}");
+        outln!("resumed queue {queue}");
     }
     Ok(())
 }

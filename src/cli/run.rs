@@ -9,7 +9,9 @@ use super::Context;
 use crate::admin::{DEFAULT_ADDR, TOKEN_ENV};
 use crate::app::{AdminOptions, RunOptions, run as run_app};
 use crate::cache::CacheFiles;
+use crate::config::StallAfter;
 use crate::trace::OTLP_ENDPOINT_ENV;
+use crate::watchdog::DEFAULT_STALL_AFTER;
 
 /// The arguments of `sluice run`.
 #[derive(Debug, Args)]
@@ -48,6 +50,13 @@ pub async fn run(ctx: &Context, args: RunArgs) -> Result<()> {
         max_message_size: ctx.config.max_message_size(),
         max_component_size: ctx.config.max_component_size(),
         admin: admin_options(ctx, args.admin),
+        broker_timeout: ctx.config.broker_timeout.map(|d| d.0),
+        stall_after: match ctx.config.stall_after {
+            Some(StallAfter::Off) => None,
+            Some(StallAfter::After(after)) => Some(after),
+            None => Some(DEFAULT_STALL_AFTER),
+        },
+        exit_on_stall: ctx.config.exit_on_stall.unwrap_or(false),
         otlp_endpoint: ctx
             .config
             .otlp_endpoint
@@ -70,6 +79,7 @@ fn admin_options(ctx: &Context, flag: Option<String>) -> Option<AdminOptions> {
     Some(AdminOptions {
         addr: addr.trim().to_string(),
         token: ctx.config.admin_token.clone().or_else(|| env(TOKEN_ENV)),
+        hosts: ctx.config.admin_hosts.clone().unwrap_or_default(),
     })
 }
 

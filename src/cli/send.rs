@@ -106,7 +106,7 @@ pub async fn send(ctx: &Context, args: SendArgs) -> Result<()> {
     if ctx.json {
         print_json(&serde_json::json!({ "queue": queue, "id": id }))
     } else {
-        println!("{id}");
+        outln!("{id}");
         Ok(())
     }
 }
@@ -151,7 +151,7 @@ async fn send_to_topic(
         );
     }
     for c in copies {
-        println!("{} {}", c.queue, c.id);
+        outln!("{} {}", c.queue, c.id);
     }
     Ok(())
 }
@@ -519,7 +519,7 @@ impl<'a> BulkRun<'a> {
             0 => String::new(),
             n => format!("; skipped {}", plural(n, "empty line")),
         };
-        println!(
+        outln!(
             "sent {} to queue {} in {seconds:.2}s ({} msg/s){skipped}",
             plural(self.sent, "message"),
             self.queue,

@@ -50,7 +50,7 @@ pub async fn stats(ctx: &Context, args: StatsArgs) -> Result<()> {
 
 /// The queues table.
 fn print_queues(all: &[QueueStats]) {
-    println!(
+    outln!(
         "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9} {:>11} {:>9}  STATE",
         "QUEUE",
         "READY",
@@ -65,7 +65,7 @@ fn print_queues(all: &[QueueStats]) {
     );
     for q in all {
         let state = if q.paused { "paused" } else { "running" };
-        println!(
+        outln!(
             "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9} {:>11} {:>9}  {state}",
             q.queue,
             q.ready,
@@ -86,10 +86,17 @@ fn print_handlers(handlers: &[HandlerStatus]) {
     if handlers.is_empty() {
         return;
     }
-    println!();
-    println!(
+    outln!("");
+    outln!(
         "{:<20} {:<24} {:<20} {:<16} {:<20} {:<16} {:>8} {:>8}  LAST REFUSAL OR FAILURE",
-        "HANDLER", "HOST", "QUEUE", "VERSION", "WORLD", "LIMITS", "REFUSALS", "RESTARTS"
+        "HANDLER",
+        "HOST",
+        "QUEUE",
+        "VERSION",
+        "WORLD",
+        "LIMITS",
+        "REFUSALS",
+        "RESTARTS"
     );
     for h in handlers {
         let last = h
@@ -103,7 +110,7 @@ fn print_handlers(handlers: &[HandlerStatus]) {
             .world
             .as_deref()
             .map(|w| w.trim_start_matches("sluice:handler/"));
-        println!(
+        outln!(
             "{:<20} {:<24} {:<20} {:<16} {:<20} {:<16} {:>8} {:>8}  {last}",
             h.handler,
             h.host,
@@ -134,13 +141,18 @@ fn print_schedules(schedules: &[ScheduleView]) {
         return;
     }
     let tick = |ms: Option<u64>| ms.map_or_else(|| "-".to_string(), schedule::rfc3339);
-    println!();
-    println!(
+    outln!("");
+    outln!(
         "{:<20} {:<20} {:<16} {:<14} {:<21} {:<21}",
-        "QUEUE", "SCHEDULE", "CRON", "TIMEZONE", "LAST TICK", "NEXT TICK"
+        "QUEUE",
+        "SCHEDULE",
+        "CRON",
+        "TIMEZONE",
+        "LAST TICK",
+        "NEXT TICK"
     );
     for s in schedules {
-        println!(
+        outln!(
             "{:<20} {:<20} {:<16} {:<14} {:<21} {}",
             s.queue,
             s.schedule,

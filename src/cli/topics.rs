@@ -106,15 +106,22 @@ async fn list(ctx: &Context, broker: &dyn TopicStore) -> Result<()> {
     if ctx.json {
         return print_json(&all);
     }
-    println!(
+    outln!(
         "{:<24} {:<24} {:<28} {:<16} UNMATCHED",
-        "TOPIC", "QUEUE", "ROUTE", "ORIGIN"
+        "TOPIC",
+        "QUEUE",
+        "ROUTE",
+        "ORIGIN"
     );
     for t in &all {
         if t.bindings.is_empty() {
-            println!(
+            outln!(
                 "{:<24} {:<24} {:<28} {:<16} {}",
-                t.topic, "-", "-", "-", t.unmatched
+                t.topic,
+                "-",
+                "-",
+                "-",
+                t.unmatched
             );
         }
         for (i, b) in t.bindings.iter().enumerate() {
@@ -124,9 +131,12 @@ async fn list(ctx: &Context, broker: &dyn TopicStore) -> Result<()> {
                 String::new()
             };
             let route = b.pattern.as_deref().unwrap_or("(catch-all)");
-            println!(
+            outln!(
                 "{:<24} {:<24} {:<28} {:<16} {unmatched}",
-                t.topic, b.queue, route, b.origin
+                t.topic,
+                b.queue,
+                route,
+                b.origin
             );
         }
     }
@@ -140,9 +150,10 @@ async fn bind(ctx: &Context, broker: &dyn TopicStore, binding: Binding) -> Resul
         return print_json(&binding);
     }
     let route = binding.pattern.as_deref().unwrap_or("(catch-all)");
-    println!(
+    outln!(
         "bound {} to topic {} for {route}",
-        binding.queue, binding.topic
+        binding.queue,
+        binding.topic
     );
     Ok(())
 }
@@ -163,7 +174,7 @@ async fn unbind(
     if ctx.json {
         print_json(&serde_json::json!({ "removed": removed }))
     } else {
-        println!("removed {removed} binding(s) of {queue} to topic {topic}");
+        outln!("removed {removed} binding(s) of {queue} to topic {topic}");
         Ok(())
     }
 }

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 
+use crate::message::MAX_DELAY;
+
 const MS: Duration = Duration::from_millis(1);
 const SECOND: Duration = Duration::from_secs(1);
 const HOUR: Duration = Duration::from_secs(3600);
@@ -53,8 +55,10 @@ pub const MAX_SNOOZES: (u32, u32) = (1, 1_000_000);
 pub const MAX_MESSAGES_PER_INSTANCE: (u32, u32) = (1, 1_000_000);
 /// Attempts in all.
 pub const MAX_ATTEMPTS: (u32, u32) = (1, 1000);
-/// Any one retry delay, backoff bound or guest delay cap.
-pub const DELAY: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(30 * 24 * 3600));
+/// Any one retry delay, backoff bound or guest delay cap: up to
+/// [`MAX_DELAY`], the longest delay sluice accepts anywhere (a publish's
+/// delay too).
+pub const DELAY: (Duration, Duration) = (Duration::ZERO, MAX_DELAY);
 /// Delay levels in `retry.delays`.
 pub const DELAY_LEVELS: (usize, usize) = (1, 100);
 /// How long a completed idempotency key is remembered.
@@ -65,6 +69,12 @@ pub const MAX_REDRIVES: (u32, u32) = (1, 1000);
 pub const REDRIVE_EVERY: (Duration, Duration) = (SECOND, YEAR);
 /// How long calls in flight may finish after a stop (`shutdown_grace`).
 pub const SHUTDOWN_GRACE: (Duration, Duration) = (Duration::ZERO, DAY);
+/// How long a queue that could move may stand still before it is
+/// reported stalled (`stall_after`).
+pub const STALL_AFTER: (Duration, Duration) = (SECOND, HOUR);
+/// The longest a worker waits for one broker call (`broker_timeout`).
+pub const BROKER_TIMEOUT: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(600));
 /// One message's payload, headers and key (`max_message_size`).
 pub const MESSAGE_SIZE: (u64, u64) = (1, 64 << 20);
 /// One component file (`max_component_size`).

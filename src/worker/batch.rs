@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::Job;
 use super::call::{Caller, back, settlement_for, span_outcome, too_late};
 use super::keep::{self, Leases};
+use super::{InCall, Job};
 use crate::message::{Delivery, now_ms};
 use crate::policy::Outcome;
 use crate::runtime::{Deadline, Failure, Invocation};
@@ -27,6 +27,7 @@ pub(super) async fn batch_loop(caller: Caller) {
             }
             continue;
         }
+        let _in_call = InCall::new(&caller.stats, jobs.len());
         run_batch(&caller, jobs).await;
     }
 }

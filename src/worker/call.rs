@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 
 use super::keep::{self, Leases};
-use super::{Dispatch, Jobs, Observe, Settled};
+use super::{Dispatch, InCall, Jobs, Observe, Settled, WorkerStats};
 use crate::broker::{Queue, Settlement};
 use crate::config::{HandlerSpec, KeySource, bounds};
 use crate::message::{Delivery, NewMessage, now_ms, stored_text, without_nul};
@@ -28,6 +28,7 @@ pub(super) struct Caller {
     pub observe: Observe,
     pub settle_tx: mpsc::UnboundedSender<Settled>,
     pub stop: watch::Receiver<bool>,
+    pub stats: Arc<WorkerStats>,
 }
 
 impl Caller {
@@ -54,6 +55,7 @@ pub(super) async fn call_loop(caller: Caller) {
         let settlement = if caller.stopping() {
             back(delivery, key)
         } else {
+            let _in_call = InCall::new(&caller.stats, 1);
             run_one(&caller, delivery, key).await
         };
         caller.settled(settlement, permit);

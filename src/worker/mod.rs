@@ -29,9 +29,11 @@ use crate::metrics::HandlerMetrics;
 use crate::pause::Paused;
 use crate::runtime::{BatchInvocation, Deadline, Handler, Invocation};
 use crate::trace::Exporter;
+pub use bounded::{DEFAULT_BROKER_TIMEOUT, Progress};
 
 mod admit;
 mod batch;
+mod bounded;
 mod call;
 mod keep;
 mod settle;
@@ -112,9 +114,16 @@ impl Dispatch for Handler {
     }
 }
 
-/// Live counts of one worker, read by `--until-idle` and the admin view.
+/// Live counts of one worker, read by `--until-idle`, the admin view and
+/// the stall watchdog.
 #[derive(Debug, Default)]
 pub struct WorkerStats {
+    /// Deliveries in a handler call now.
+    pub calling: AtomicU64,
+    /// Callers in a handler call now (a batch is one).
+    pub busy_callers: AtomicU64,
+    /// When its work last moved, and the broker calls under way.
+    pub progress: Progress,
     /// Deliveries leased and not yet settled.
     pub in_flight: AtomicU64,
     pub handled: AtomicU64,
@@ -134,6 +143,9 @@ pub struct Observe {
     pub exporter: Option<Arc<Exporter>>,
     /// Whether its queue is paused.
     pub paused: Paused,
+    /// The longest it waits for one broker call (`broker_timeout`), never
+    /// longer than the queue's lease: see [`bounded`].
+    pub broker_timeout: Duration,
 }
 
 impl Observe {
@@ -143,6 +155,7 @@ impl Observe {
             metrics: None,
             exporter: None,
             paused: Paused::never(queue),
+            broker_timeout: DEFAULT_BROKER_TIMEOUT,
         }
     }
 }
@@ -201,8 +214,10 @@ impl QueueWorker {
     /// Panics when one of its stages (settler, callers, admitter) dies while
     /// it serves, with that stage's panic: a worker missing a stage would
     /// wedge its queue without a word. [`supervise`] starts a new one.
-    pub async fn serve(self, mut stop: watch::Receiver<bool>, grace: Duration) {
+    pub async fn serve(mut self, mut stop: watch::Receiver<bool>, grace: Duration) {
         let spec = self.spec.clone();
+        let bound = self.observe.broker_timeout.min(spec.lease);
+        self.broker = bounded::Bounded::wrap(self.broker, &self.stats, &spec.queue, bound);
         let leases = Arc::new(Semaphore::new(spec.prefetch));
         let mut stages = JoinSet::new();
         let (settle_tx, settle_rx) = mpsc::unbounded_channel::<Settled>();
@@ -273,6 +288,7 @@ impl QueueWorker {
                 observe: self.observe.clone(),
                 settle_tx: settle_tx.clone(),
                 stop: stop.clone(),
+                stats: self.stats.clone(),
             };
             if self.dispatch.batch() {
                 stages.spawn(batch::batch_loop(caller));
@@ -427,6 +443,27 @@ fn batch_floor(prefetch: usize) -> u32 {
 
 /// Most deliveries one receive asks for.
 const MAX_BATCH: usize = 512;
+
+/// Counts `n` deliveries, and one caller, as in a handler call while held.
+pub(super) struct InCall<'a> {
+    stats: &'a WorkerStats,
+    n: u64,
+}
+
+impl<'a> InCall<'a> {
+    pub(super) fn new(stats: &'a WorkerStats, n: usize) -> Self {
+        stats.calling.fetch_add(n as u64, Ordering::Relaxed);
+        stats.busy_callers.fetch_add(1, Ordering::Relaxed);
+        InCall { stats, n: n as u64 }
+    }
+}
+
+impl Drop for InCall<'_> {
+    fn drop(&mut self) {
+        self.stats.calling.fetch_sub(self.n, Ordering::Relaxed);
+        self.stats.busy_callers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// Sleep for `d`; true if `stop` turned true meanwhile.
 async fn sleep_or_stop(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {

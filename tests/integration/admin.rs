@@ -83,7 +83,8 @@ impl AdminHost {
         let result = match method {
             "GET" => with(self.agent.get(&url)).call(),
             "POST" => {
-                let r = self.agent.post(&url);
+                // The header every request that changes state carries.
+                let r = self.agent.post(&url).header("X-Sluice-Request", "1");
                 let r = match token {
                     Some(t) => r.header("Authorization", format!("Bearer {t}")),
                     None => r,

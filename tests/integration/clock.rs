@@ -98,6 +98,9 @@ impl Host {
             watch: false,
             admin: None,
             otlp_endpoint: None,
+            broker_timeout: None,
+            stall_after: None,
+            exit_on_stall: false,
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(sluice::app::run_with_clock(

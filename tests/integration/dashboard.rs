@@ -1,6 +1,7 @@
 //! The dashboard in a real headless Chromium, driven over WebDriver
 //! (chromedriver): it shows a dead letter; replay, pressed in the page,
-//! puts it back and the queue handles it.
+//! puts it back and the queue handles it. And a page of another site, in
+//! the same browser, can change nothing.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -26,6 +27,11 @@ struct Browser {
 
 impl Browser {
     fn start(scratch: &std::path::Path) -> Browser {
+        Browser::start_with(scratch, &[])
+    }
+
+    /// As [`Browser::start`], with more Chromium arguments.
+    fn start_with(scratch: &std::path::Path, extra: &[&str]) -> Browser {
         for tool in [CHROMEDRIVER, CHROMIUM] {
             assert!(
                 std::path::Path::new(tool).exists(),
@@ -80,6 +86,7 @@ impl Browser {
         ]
         .iter()
         .map(|a| a.to_string())
+        .chain(extra.iter().map(|a| a.to_string()))
         .chain([format!("--user-data-dir={}", profile.display())])
         .collect::<Vec<_>>();
         let created = b.call(
@@ -165,6 +172,15 @@ impl Browser {
     fn click(&self, css: &str) {
         let id = self.find(css);
         self.session_call("POST", &format!("/element/{id}/click"), json!({}));
+    }
+
+    /// Run `script` (a function body) in the page; what it returns.
+    fn eval(&self, script: &str) -> Value {
+        self.session_call(
+            "POST",
+            "/execute/sync",
+            json!({ "script": script, "args": [] }),
+        )
     }
 
     /// A PNG of the window.
@@ -256,4 +272,132 @@ fn a_dead_letter_replayed_from_the_dashboard_is_handled() {
 fn hello_version() -> String {
     let bytes = std::fs::read(crate::support::guest("hello")).unwrap();
     sluice::loader::content_hash(&bytes)
+}
+
+/// A page served from another origin (another loopback port) tries what
+/// any web page can do without a preflight: a `no-cors` fetch and a form
+/// POST against the admin endpoint. Both reach it; neither changes anything.
+#[test]
+fn another_sites_page_cannot_change_anything_through_the_browser() {
+    let env = Env::new();
+    env.deploy("hostile_trap", "work", Some("[retry]\nmax_attempts = 1\n"));
+    env.send("work", r#"{"order": 7}"#, &[]);
+    let host = AdminHost::start(&env, "host");
+    wait_until(Duration::from_secs(30), "a dead letter", || {
+        env.count("work", "dead") == 1
+    });
+    let target = host.base.clone();
+    let page = format!(
+        r#"<!doctype html><title>loading</title>
+<iframe name="sink"></iframe>
+<form id="f" method="POST" action="{target}/api/queues/work/pause" target="sink" enctype="text/plain">
+<input name="x" value="y"></form>
+<script>
+const hit = (path) => fetch("{target}" + path, {{
+  method: "POST", mode: "no-cors", body: "x",
+  headers: {{ "X-Sluice-Request": "1", "Content-Type": "text/plain" }},
+}}).then(() => "sent", (e) => "failed: " + e);
+Promise.all([hit("/api/queues/work/dead/replay"), hit("/api/queues/work/pause")])
+  .then((r) => {{ document.title = r.join(","); }});
+document.querySelector("iframe").addEventListener("load", () => {{ window.formDone = true; }});
+document.getElementById("f").submit();
+</script>"#
+    );
+    let attacker = Site::serve(page);
+    let browser = Browser::start(env.dir.path());
+    browser.open(&attacker.url);
+    // The fetches went out and were answered (opaquely), and the form was
+    // posted into the frame: the requests reached the endpoint.
+    wait_until(
+        Duration::from_secs(30),
+        "the page's requests are done",
+        || {
+            browser.eval("return document.title;") == json!("sent,sent")
+                && browser.eval("return window.formDone === true;") == json!(true)
+        },
+    );
+    assert!(attacker.requests() >= 1);
+    let row = host.json("/api/queues/work");
+    assert_eq!(row["paused"], false, "another site's page paused the queue");
+    assert_eq!(
+        env.count("work", "dead"),
+        1,
+        "another site's page moved the dead letter"
+    );
+
+    // The dashboard itself, in the same browser, still acts.
+    browser.open(&format!("{}/", host.base));
+    browser.find("tr.dead-letter button.replay");
+    browser.click("tr.dead-letter button.replay");
+    wait_until(Duration::from_secs(30), "the dashboard's replay", || {
+        browser.text("#message").contains("replayed 1")
+    });
+}
+
+/// A name rebound to loopback, as a DNS rebinding page would use it: the
+/// browser reaches the endpoint's socket, and is refused.
+#[test]
+fn a_rebound_host_name_is_refused_in_the_browser() {
+    let env = Env::new();
+    env.deploy("hello", "hello", None);
+    env.send("hello", "secret payload", &[]);
+    let host = AdminHost::start(&env, "host");
+    let port = host.base.rsplit(':').next().unwrap().to_string();
+    let browser = Browser::start_with(
+        env.dir.path(),
+        &["--host-resolver-rules=MAP rebound.example 127.0.0.1"],
+    );
+    browser.open(&format!("http://rebound.example:{port}/api/queues"));
+    let text = browser.eval("return document.body.innerText;");
+    let text = text.as_str().unwrap_or_default();
+    assert!(
+        text.contains("does not name this admin endpoint") && text.contains("rebound.example"),
+        "{text}"
+    );
+    assert!(!text.contains("\"hello\""), "{text}");
+    // The same page by the endpoint's own name works.
+    browser.open(&format!("http://localhost:{port}/api/queues"));
+    let text = browser.eval("return document.body.innerText;");
+    assert!(
+        text.as_str().unwrap_or_default().contains("hello"),
+        "{text}"
+    );
+}
+
+/// A web server on a loopback port of its own that answers every request
+/// with one page: another origin, as far as the browser is concerned.
+struct Site {
+    url: String,
+    served: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Site {
+    fn serve(page: String) -> Site {
+        use std::io::{Read as _, Write as _};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!(
+            "http://127.0.0.1:{}/",
+            listener.local_addr().unwrap().port()
+        );
+        let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = served.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                    page.len()
+                );
+                let _ = stream.write_all(answer.as_bytes());
+            }
+        });
+        Site { url, served }
+    }
+
+    fn requests(&self) -> usize {
+        self.served.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }

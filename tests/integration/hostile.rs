@@ -286,8 +286,9 @@ fn a_guest_cannot_make_the_host_allocate_beyond_its_limits(env: Env) {
         published.contains("held 7, then") && published.contains("call_budget"),
         "{published}"
     );
-    // Empty headers are not free (32 bytes each): 1000 messages of 60 stay
-    // under 2 MiB, and the count of held publishes ends them.
+    // Headers are not free (32 bytes each beyond their text): 1000 messages
+    // of 60 one-letter ones stay under 2 MiB, and the count of held
+    // publishes ends them.
     let headers = line("hostile headers: held");
     assert!(
         headers.contains("held 1000, then: handler greedy may publish at most 1000"),

@@ -56,6 +56,7 @@ macro_rules! on_every_backend {
 }
 
 mod admin;
+mod admin_guard;
 mod bad_input;
 mod bulk_send;
 mod clock;
@@ -64,6 +65,7 @@ mod corpus;
 mod crash;
 mod dashboard;
 mod demo;
+mod entry_points;
 mod faults;
 mod flow;
 mod groups;
@@ -90,7 +92,10 @@ mod scaffold;
 mod scale;
 mod schedules;
 mod shutdown;
+mod signals;
+mod soak;
 mod sqlite;
+mod stalls;
 mod support;
 mod topics;
 mod traces;

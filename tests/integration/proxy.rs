@@ -4,6 +4,8 @@
 //! with what it holds. A write the server applied in the moment before a
 //! cut then looks to the host like one that never arrived, as after a
 //! network failure, and the host writes it again on a new connection.
+//! [`Proxy::freeze`] stops it passing anything either way, closing nothing,
+//! as a peer that hangs or a network that drops every packet would.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -19,6 +21,8 @@ pub struct Proxy {
     stopped: Arc<AtomicBool>,
     /// Replies held now, over every connection.
     held: Arc<AtomicUsize>,
+    /// While set, nothing passes in either direction.
+    frozen: Arc<AtomicBool>,
 }
 
 impl Proxy {
@@ -32,6 +36,8 @@ impl Proxy {
         let held: Arc<AtomicUsize> = Arc::default();
         let (upstream, accepted, stop) = (upstream.to_string(), open.clone(), stopped.clone());
         let holding = held.clone();
+        let frozen: Arc<AtomicBool> = Arc::default();
+        let ice = frozen.clone();
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 if stop.load(Ordering::SeqCst) {
@@ -47,9 +53,10 @@ impl Proxy {
                     .unwrap()
                     .extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
                 let (c, s) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                std::thread::spawn(move || copy_now(c, s));
+                let (now_ice, held_ice) = (ice.clone(), ice.clone());
+                std::thread::spawn(move || copy_now(c, s, &now_ice));
                 let holding = holding.clone();
-                std::thread::spawn(move || copy_held(server, client, hold, &holding));
+                std::thread::spawn(move || copy_held(server, client, hold, &holding, &held_ice));
             }
         });
         Proxy {
@@ -57,7 +64,19 @@ impl Proxy {
             open,
             stopped,
             held,
+            frozen,
         }
+    }
+
+    /// Pass nothing, either way, until [`thaw`](Self::thaw); connections
+    /// stay open and what is sent waits.
+    pub fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// Pass what waited, and everything after.
+    pub fn thaw(&self) {
+        self.frozen.store(false, Ordering::SeqCst);
     }
 
     pub fn port(&self) -> u16 {
@@ -85,16 +104,25 @@ impl Proxy {
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.stopped.store(true, Ordering::SeqCst);
+        self.thaw();
         self.cut();
         // Wake the accepting thread so that it sees `stopped`.
         let _ = TcpStream::connect(("127.0.0.1", self.port));
     }
 }
 
-/// Copy `from` to `to` as it comes.
-fn copy_now(mut from: TcpStream, mut to: TcpStream) {
+/// Wait while `frozen` is set.
+fn wait_thawed(frozen: &AtomicBool) {
+    while frozen.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Copy `from` to `to` as it comes (unless frozen).
+fn copy_now(mut from: TcpStream, mut to: TcpStream, frozen: &AtomicBool) {
     let mut buf = [0u8; 16 * 1024];
     while let Ok(n) = from.read(&mut buf) {
+        wait_thawed(frozen);
         if n == 0 || to.write_all(&buf[..n]).is_err() {
             break;
         }
@@ -104,15 +132,23 @@ fn copy_now(mut from: TcpStream, mut to: TcpStream) {
 
 /// Copy `from` to `to`, each piece `hold` after it came, counting the
 /// pieces on their way in `held`.
-fn copy_held(mut from: TcpStream, to: TcpStream, hold: Duration, held: &Arc<AtomicUsize>) {
+fn copy_held(
+    mut from: TcpStream,
+    to: TcpStream,
+    hold: Duration,
+    held: &Arc<AtomicUsize>,
+    frozen: &Arc<AtomicBool>,
+) {
     let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
     let mut out = to.try_clone().unwrap();
     let counted = held.clone();
+    let frozen = frozen.clone();
     let writer = std::thread::spawn(move || {
         let mut ok = true;
         for (due, bytes) in rx {
             if ok {
                 std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                wait_thawed(&frozen);
                 ok = out.write_all(&bytes).is_ok();
             }
             counted.fetch_sub(1, Ordering::SeqCst);

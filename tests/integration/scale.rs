@@ -172,6 +172,74 @@ fn restart_mid_drain_the_host_survives(mut env: Env, server: &str, restart: fn(&
     assert_each_completed_once(&env, N);
 }
 
+/// Redis killed and started again twenty times under one draining host: the
+/// host lives through every one (a write to a socket the server closed
+/// once killed it, silently, with SIGPIPE) and finishes.
+#[test]
+fn redis_restarted_twenty_times_mid_drain_the_host_survives() {
+    let env = Env::on(Backend::Redis(RedisServer::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+    ])));
+    restarted_many_times(env, |env| {
+        env.redis_server().kill();
+        std::thread::sleep(Duration::from_millis(200));
+        env.redis_server().restart();
+    });
+}
+
+/// PostgreSQL restarted twenty times under one draining host.
+#[test]
+fn postgres_restarted_twenty_times_mid_drain_the_host_survives() {
+    restarted_many_times(Env::postgres(), |env| env.pg_server().restart());
+}
+
+/// `restart` twenty times, each once the host has done more work since the
+/// last; after each the host must still be running. Then the drain ends
+/// with every order done once.
+fn restarted_many_times(mut env: Env, restart: fn(&mut Env)) {
+    const N: usize = 6000;
+    env.deploy("orders", "orders", Some(ORDERS));
+    std::fs::write(env.dir.path().join("sluice.toml"), "stall_after = \"5s\"\n").unwrap();
+    preload(&env, N);
+    let log = env.dir.path().join("run.log");
+    let mut host = env.spawn_run(&log);
+    let text = |log: &std::path::Path| std::fs::read_to_string(log).unwrap_or_default();
+    let mut restarts = 0;
+    while restarts < 20 {
+        let before = env.count_if_reachable("orders", "done").unwrap_or(0);
+        if before + 150 >= N as u64 {
+            break;
+        }
+        wait_until(Duration::from_secs(60), "the host at work again", || {
+            env.count_if_reachable("orders", "done")
+                .is_some_and(|done| done >= before + 50)
+        });
+        restart(&mut env);
+        restarts += 1;
+        std::thread::sleep(Duration::from_millis(300));
+        let status = host.try_wait().unwrap();
+        assert!(
+            status.is_none(),
+            "the host died at restart {restarts} ({status:?}):\n{}",
+            text(&log)
+        );
+    }
+    assert!(
+        restarts >= 10,
+        "only {restarts} restarts before the drain ended"
+    );
+    wait_until(Duration::from_secs(120), "every order done", || {
+        env.count_if_reachable("orders", "done") == Some(N as u64)
+    });
+    stop(host);
+    assert_each_completed_once(&env, N);
+    let log = text(&log);
+    assert!(!log.contains("panicked"), "{log}");
+}
+
 /// Three hosts on one queue: each does some of the work, and the totals
 /// (handlings in their logs, completions) are exact.
 fn three_hosts_share_one_queue(env: Env) {

@@ -31,6 +31,7 @@ const MIGRATIONS: &[&[&str]] = &[
     &[queue::SCHEMA_V5],
     &[queue::SCHEMA_V6],
     &[queue::SCHEMA_V7],
+    &[queue::SCHEMA_V8],
 ];
 
 /// Create `schema` if it is missing and bring it up to [`VERSION`]. The

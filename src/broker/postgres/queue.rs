@@ -48,6 +48,10 @@ pub(super) const SCHEMA_V6: &str = include_str!("queue_v6.sql");
 /// was lost) is applied and counted once (`queue_v7.sql`).
 pub(super) const SCHEMA_V7: &str = include_str!("queue_v7.sql");
 
+/// Version 8: the SQL function `publish` refuses what every other entry
+/// point refuses (`queue_v8.sql`, the checks of `NewMessage::validate`).
+pub(super) const SCHEMA_V8: &str = include_str!("queue_v8.sql");
+
 /// Lease up to $2 due messages of queue $1 for $3 ms, with `lease_due`
 /// (`queue_v3.sql`). A row whose lease ran out gets the lease-expired text
 /// ($4, with its attempt number in place of `u32::MAX`) as its last error.

@@ -2,7 +2,8 @@
 //! memory cap, one way per message, chosen by the payload:
 //!
 //! * `publish`: holds 1 MiB publishes until refused (1000 would be 1 GiB);
-//! * `headers`: publishes messages of 60 empty headers each, until refused;
+//! * `headers`: publishes messages of 60 headers each (a one-letter name,
+//!   an empty value), until refused;
 //! * `reject`: rejects with a 12 MiB reason;
 //! * `log`: writes 3,000 log lines of 1 MiB;
 //! * `stdout`: writes 64 MiB to stdout in one line;
@@ -50,7 +51,7 @@ impl Guest for HostileHost {
                 log(Level::Info, &format!("hostile publish: held {held}, then: {error}"));
             }
             "headers" => {
-                let headers = vec![(String::new(), String::new()); 60];
+                let headers = vec![("h".to_string(), String::new()); 60];
                 let mut held = 0;
                 let error = loop {
                     match publish::publish("sink", b"", &options(headers.clone())) {

@@ -1,0 +1,32 @@
+//! The queues this host finds stalled, as the watchdog last judged them:
+//! read by `/readyz`, the admin API, the dashboard and the metrics.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// Stalled queues, each with what it waits on, in words.
+#[derive(Debug, Default)]
+pub struct StallBoard {
+    stalled: Mutex<BTreeMap<String, String>>,
+}
+
+impl StallBoard {
+    /// Take `now` for the stalled queues.
+    pub fn set(&self, now: BTreeMap<String, String>) {
+        *self.stalled.lock().expect("stall board lock") = now;
+    }
+
+    /// Every stalled queue, with why.
+    pub fn all(&self) -> BTreeMap<String, String> {
+        self.stalled.lock().expect("stall board lock").clone()
+    }
+
+    /// Why `queue` is stalled, if it is.
+    pub fn of(&self, queue: &str) -> Option<String> {
+        self.stalled
+            .lock()
+            .expect("stall board lock")
+            .get(queue)
+            .cloned()
+    }
+}

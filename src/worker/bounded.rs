@@ -1,0 +1,330 @@
+//! A bound on every broker call a worker makes: a call the broker does not
+//! answer within `broker_timeout` (and never longer than the queue's lease)
+//! is given up, logged with what it was and how long it waited, and
+//! reported to the worker as the broker being unavailable, which it already
+//! handles by backing off and trying again. Without it a connection that
+//! stops answering without closing (a frozen peer, a half-open socket, a
+//! pool whose connections all hang) would hold a worker forever, silently.
+//!
+//! Giving up is safe for each call the worker makes: a lease that was taken
+//! after all runs out and the message comes back; a settlement applied
+//! after all is fenced by its receipt, so the retry of it finds it written;
+//! an extension that did not happen is tried again at the next renewal.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use super::WorkerStats;
+use crate::broker::{
+    BrokerError, ClaimState, Flow, KeyClaim, KeyOf, Lease, OrderedGroups, Queue, Received, Result,
+    Settlement,
+};
+use crate::error::chain;
+use crate::message::{Delivery, NewMessage};
+
+/// The default bound on one broker call (`broker_timeout`).
+pub const DEFAULT_BROKER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// When a worker's work last moved, and what it is waiting on: read by the
+/// stall watchdog.
+#[derive(Debug)]
+pub struct Progress {
+    /// When a receive last leased something, or a settle or an extension
+    /// last succeeded (or the worker started).
+    moved: Mutex<Instant>,
+    /// Broker calls under way: an id, what, since when.
+    under_way: Mutex<Vec<(u64, &'static str, Instant)>>,
+    next: AtomicU64,
+    /// The last broker call that failed: what, why, when.
+    failed: Mutex<Option<(&'static str, String, Instant)>>,
+    /// Whether the last receive that answered leased something: the queue
+    /// had work when the broker last said.
+    had_work: std::sync::atomic::AtomicBool,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            moved: Mutex::new(Instant::now()),
+            under_way: Mutex::default(),
+            next: AtomicU64::new(0),
+            failed: Mutex::default(),
+            had_work: Default::default(),
+        }
+    }
+}
+
+impl Progress {
+    /// How long since the work last moved.
+    pub fn still_for(&self) -> Duration {
+        self.moved.lock().expect("progress lock").elapsed()
+    }
+
+    /// Whether the last receive that answered leased something.
+    pub fn had_work(&self) -> bool {
+        self.had_work.load(Ordering::Relaxed)
+    }
+
+    fn received(&self, leased: bool) {
+        self.had_work.store(leased, Ordering::Relaxed);
+    }
+
+    fn moved(&self) {
+        *self.moved.lock().expect("progress lock") = Instant::now();
+    }
+
+    /// What the worker waits on, in words: the longest broker call under
+    /// way, else the last one that failed.
+    pub fn waiting_on(&self) -> String {
+        let oldest = self
+            .under_way
+            .lock()
+            .expect("progress lock")
+            .iter()
+            .min_by_key(|(_, _, since)| *since)
+            .map(|(_, what, since)| (*what, since.elapsed()));
+        if let Some((what, waited)) = oldest {
+            return format!("a {what} of the broker, under way for {waited:.1?}");
+        }
+        match &*self.failed.lock().expect("progress lock") {
+            Some((what, why, at)) => format!(
+                "the broker: the last {what} failed {:.1?} ago ({why})",
+                at.elapsed()
+            ),
+            None => "nothing the broker was asked: the worker leased nothing".to_string(),
+        }
+    }
+}
+
+/// A broker call under way, until dropped.
+struct UnderWay<'a> {
+    progress: &'a Progress,
+    id: u64,
+}
+
+impl<'a> UnderWay<'a> {
+    fn new(progress: &'a Progress, what: &'static str) -> Self {
+        let id = progress.next.fetch_add(1, Ordering::Relaxed);
+        let mut calls = progress.under_way.lock().expect("progress lock");
+        calls.push((id, what, Instant::now()));
+        UnderWay { progress, id }
+    }
+}
+
+impl Drop for UnderWay<'_> {
+    fn drop(&mut self) {
+        let mut calls = self.progress.under_way.lock().expect("progress lock");
+        calls.retain(|(id, _, _)| *id != self.id);
+    }
+}
+
+/// A queue whose calls are bounded: see the module.
+pub struct Bounded {
+    inner: Arc<dyn Queue>,
+    bound: Duration,
+    queue: String,
+    stats: Arc<WorkerStats>,
+}
+
+impl Bounded {
+    /// `inner`, each call of the worker of `queue` bounded by `bound`, its
+    /// progress kept in `stats`.
+    pub fn wrap(
+        inner: Arc<dyn Queue>,
+        stats: &Arc<WorkerStats>,
+        queue: &str,
+        bound: Duration,
+    ) -> Arc<dyn Queue> {
+        Arc::new(Bounded {
+            inner,
+            bound,
+            queue: queue.to_string(),
+            stats: stats.clone(),
+        })
+    }
+
+    /// `call`, given up after the bound with a log line naming `what`;
+    /// `moves` says whether its answer is work moving.
+    async fn bounded<T>(
+        &self,
+        what: &'static str,
+        call: impl Future<Output = Result<T>>,
+        moves: impl FnOnce(&T) -> bool,
+    ) -> Result<T> {
+        let progress = &self.stats.progress;
+        let under_way = UnderWay::new(progress, what);
+        let answer = match tokio::time::timeout(self.bound, call).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                let bound = self.bound;
+                tracing::warn!(
+                    queue = %self.queue,
+                    "the broker did not answer a {what} within {bound:?} (broker_timeout); giving it up, to be tried again"
+                );
+                Err(BrokerError::Unavailable {
+                    context: format!("no answer to a {what} within {bound:?}"),
+                    source: None,
+                })
+            }
+        };
+        drop(under_way);
+        match &answer {
+            Ok(value) if moves(value) => progress.moved(),
+            Ok(_) => {}
+            Err(e) => {
+                *progress.failed.lock().expect("progress lock") =
+                    Some((what, chain(e), Instant::now()));
+            }
+        }
+        answer
+    }
+}
+
+#[async_trait]
+impl Queue for Bounded {
+    async fn publish(&self, messages: Vec<NewMessage>) -> Result<Vec<String>> {
+        // Not bounded: a publish given up might have been written, and the
+        // worker does not publish on its own (its publishes go with settles).
+        self.inner.publish(messages).await
+    }
+
+    async fn receive(
+        &self,
+        queue: &str,
+        max: usize,
+        lease: Duration,
+        flow: Flow,
+    ) -> Result<Vec<Delivery>> {
+        let call = self.inner.receive(queue, max, lease, flow);
+        let leased = self.bounded("receive", call, |d| !d.is_empty()).await;
+        if let Ok(d) = &leased {
+            self.stats.progress.received(!d.is_empty());
+        }
+        leased
+    }
+
+    async fn claim(
+        &self,
+        queue: &str,
+        claims: &[KeyClaim],
+        lease: Duration,
+    ) -> Result<Vec<ClaimState>> {
+        let call = self.inner.claim(queue, claims, lease);
+        self.bounded("claim of idempotency keys", call, |_| false)
+            .await
+    }
+
+    async fn receive_claiming(
+        &self,
+        queue: &str,
+        max: usize,
+        lease: Duration,
+        flow: Flow,
+        key_of: &KeyOf,
+    ) -> Result<Received> {
+        let call = self.inner.receive_claiming(queue, max, lease, flow, key_of);
+        let leased = self
+            .bounded("receive", call, |r| !r.deliveries.is_empty())
+            .await;
+        if let Ok(r) = &leased {
+            self.stats.progress.received(!r.deliveries.is_empty());
+        }
+        leased
+    }
+
+    fn claims_with_receive(&self) -> bool {
+        self.inner.claims_with_receive()
+    }
+
+    async fn settle(&self, settlements: &[Settlement]) -> Result<()> {
+        let call = self.inner.settle(settlements);
+        self.bounded("settle", call, |_| true).await
+    }
+
+    fn settle_writes(&self, ordered: bool) -> usize {
+        self.inner.settle_writes(ordered)
+    }
+
+    async fn extend(&self, queue: &str, leases: &[Lease], lease: Duration) -> Result<Vec<bool>> {
+        let call = self.inner.extend(queue, leases, lease);
+        self.bounded("lease extension", call, |_| true).await
+    }
+
+    async fn set_ordering(&self, queue: &str, ordering: Option<&OrderedGroups>) -> Result<()> {
+        let call = self.inner.set_ordering(queue, ordering);
+        self.bounded("change of ordering", call, |_| false).await
+    }
+
+    async fn idle(&self, queue: &str, up_to: Duration) {
+        // Waiting is what idle is for; a broker that does not answer the
+        // look it takes meanwhile is caught by the next, bounded, receive.
+        let _ = tokio::time::timeout(up_to + self.bound, self.inner.idle(queue, up_to)).await;
+    }
+
+    async fn flush(&self) -> Result<()> {
+        self.inner.flush().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A queue whose every call waits forever.
+    struct Frozen;
+
+    #[async_trait]
+    impl Queue for Frozen {
+        async fn publish(&self, _: Vec<NewMessage>) -> Result<Vec<String>> {
+            std::future::pending().await
+        }
+        async fn receive(&self, _: &str, _: usize, _: Duration, _: Flow) -> Result<Vec<Delivery>> {
+            std::future::pending().await
+        }
+        async fn claim(&self, _: &str, _: &[KeyClaim], _: Duration) -> Result<Vec<ClaimState>> {
+            std::future::pending().await
+        }
+        async fn settle(&self, _: &[Settlement]) -> Result<()> {
+            std::future::pending().await
+        }
+        async fn extend(&self, _: &str, _: &[Lease], _: Duration) -> Result<Vec<bool>> {
+            std::future::pending().await
+        }
+        async fn set_ordering(&self, _: &str, _: Option<&OrderedGroups>) -> Result<()> {
+            std::future::pending().await
+        }
+        async fn idle(&self, _: &str, _: Duration) {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test]
+    async fn every_worker_call_ends_at_the_bound() {
+        let bound = Duration::from_millis(50);
+        let stats = Arc::new(WorkerStats::default());
+        let q = Bounded::wrap(Arc::new(Frozen), &stats, "orders", bound);
+        let start = tokio::time::Instant::now();
+        let e = q
+            .receive("orders", 1, Duration::from_secs(30), Flow::default())
+            .await
+            .unwrap_err();
+        assert!(
+            e.is_unavailable() && e.to_string().contains("receive"),
+            "{e}"
+        );
+        assert!(q.settle(&[]).await.unwrap_err().is_unavailable());
+        assert!(q.extend("orders", &[], bound).await.is_err());
+        assert!(q.claim("orders", &[], bound).await.is_err());
+        assert!(q.set_ordering("orders", None).await.is_err());
+        q.idle("orders", Duration::from_millis(20)).await;
+        let took = start.elapsed();
+        assert!(took >= bound * 6, "{took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        let waiting = stats.progress.waiting_on();
+        assert!(waiting.contains("change of ordering failed"), "{waiting}");
+    }
+}
