@@ -16,15 +16,12 @@
 //!   queue of ordered groups, none of its messages is in flight or (with
 //!   `block_on_dead`) dead, so no group holds the ready ones back.
 //!
-//! When the broker does not answer the watchdog's own call for counts, a
-//! queue whose last answered receive leased something counts as having
-//! ready messages.
-//!
 //! Work moved when a receive leased something, or a settle or a lease
 //! extension succeeded ([`crate::worker::Progress`]). The watchdog reads
-//! those marks every tick, and asks the broker for counts only when a queue
-//! has not moved for `stall_after`: an idle host costs it one stats call
-//! per `stall_after / 4`, a busy one nothing.
+//! those marks, and the broker's counts (one stats call, bounded by
+//! `broker_timeout`), every `stall_after / 4`. When the broker does not
+//! answer, it judges by the last counts it gave: a queue that had ready
+//! messages then still has them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -61,10 +58,14 @@ pub async fn run(
     let tick = (settings.stall_after / 4).clamp(Duration::from_millis(250), Duration::from_secs(5));
     // Judged stalled at the last tick: a queue is reported at its second.
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    let mut counts: Option<Vec<QueueStats>> = None;
     loop {
         tokio::time::sleep(tick).await;
+        if let Ok(Ok(all)) = tokio::time::timeout(settings.broker_timeout, broker.stats()).await {
+            counts = Some(all);
+        }
         let watched = registry.watched().await;
-        let now = judge_all(&*broker, &watched, &settings).await;
+        let now = judge_all(counts.as_deref(), &watched, &settings);
         let confirmed: BTreeMap<String, String> = now
             .iter()
             .filter(|(q, _)| seen.contains_key(*q))
@@ -100,9 +101,10 @@ fn report(before: &BTreeMap<String, String>, now: &BTreeMap<String, String>, aft
     }
 }
 
-/// Each watched queue judged stalled now, with what it waits on.
-async fn judge_all(
-    broker: &dyn Broker,
+/// Each watched queue judged stalled now, with what it waits on, by the
+/// broker's last `counts`.
+fn judge_all(
+    counts: Option<&[QueueStats]>,
     watched: &[Watched],
     settings: &WatchSettings,
 ) -> BTreeMap<String, String> {
@@ -113,16 +115,9 @@ async fn judge_all(
             !w.paused && w.stats.progress.still_for() >= settings.stall_after + w.spec.batch.wait
         })
         .collect();
-    if suspects.is_empty() {
-        return BTreeMap::new();
-    }
-    let counts = match tokio::time::timeout(settings.broker_timeout, broker.stats()).await {
-        Ok(Ok(all)) => Some(all),
-        _ => None,
-    };
     let mut stalled = BTreeMap::new();
     for w in suspects {
-        let count = counts.as_ref().map(|all| {
+        let count = counts.map(|all| {
             all.iter()
                 .find(|s| s.queue == w.queue)
                 .cloned()
@@ -146,9 +141,8 @@ fn could_move(w: &Watched, count: Option<&QueueStats>, stall_after: Duration) ->
         return true;
     }
     let Some(count) = count else {
-        // The broker gives no counts: the queue could move if it had work
-        // when its last receive was answered (and nothing moved since).
-        return stats.progress.had_work() && caller_free;
+        // The broker never gave counts: ready messages cannot be told from none.
+        return false;
     };
     let room = (leased as usize) < w.spec.prefetch && caller_free;
     room && count.ready > 0 && !held_back(w, count, stall_after)

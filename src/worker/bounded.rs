@@ -41,9 +41,6 @@ pub struct Progress {
     next: AtomicU64,
     /// The last broker call that failed: what, why, when.
     failed: Mutex<Option<(&'static str, String, Instant)>>,
-    /// Whether the last receive that answered leased something: the queue
-    /// had work when the broker last said.
-    had_work: std::sync::atomic::AtomicBool,
 }
 
 impl Default for Progress {
@@ -53,7 +50,6 @@ impl Default for Progress {
             under_way: Mutex::default(),
             next: AtomicU64::new(0),
             failed: Mutex::default(),
-            had_work: Default::default(),
         }
     }
 }
@@ -62,15 +58,6 @@ impl Progress {
     /// How long since the work last moved.
     pub fn still_for(&self) -> Duration {
         self.moved.lock().expect("progress lock").elapsed()
-    }
-
-    /// Whether the last receive that answered leased something.
-    pub fn had_work(&self) -> bool {
-        self.had_work.load(Ordering::Relaxed)
-    }
-
-    fn received(&self, leased: bool) {
-        self.had_work.store(leased, Ordering::Relaxed);
     }
 
     fn moved(&self) {
@@ -200,11 +187,7 @@ impl Queue for Bounded {
         flow: Flow,
     ) -> Result<Vec<Delivery>> {
         let call = self.inner.receive(queue, max, lease, flow);
-        let leased = self.bounded("receive", call, |d| !d.is_empty()).await;
-        if let Ok(d) = &leased {
-            self.stats.progress.received(!d.is_empty());
-        }
-        leased
+        self.bounded("receive", call, |d| !d.is_empty()).await
     }
 
     async fn claim(
@@ -227,13 +210,8 @@ impl Queue for Bounded {
         key_of: &KeyOf,
     ) -> Result<Received> {
         let call = self.inner.receive_claiming(queue, max, lease, flow, key_of);
-        let leased = self
-            .bounded("receive", call, |r| !r.deliveries.is_empty())
-            .await;
-        if let Ok(r) = &leased {
-            self.stats.progress.received(!r.deliveries.is_empty());
-        }
-        leased
+        self.bounded("receive", call, |r| !r.deliveries.is_empty())
+            .await
     }
 
     fn claims_with_receive(&self) -> bool {

@@ -116,6 +116,10 @@ fn frozen_host(env: &Env, config: &str, port: u16) -> (Proxy, Killed, std::path:
     wait_until(Duration::from_secs(60), "some messages done", || {
         env.count("hello", "done") > 100
     });
+    // The watchdog has read the broker's counts (every 500 ms here) before
+    // the freeze: a host that never had them cannot tell ready messages
+    // from none.
+    std::thread::sleep(Duration::from_millis(1500));
     (proxy, host, log)
 }
 
@@ -141,9 +145,15 @@ fn the_watchdog_reports_a_stalled_queue_until_it_moves(env: Env) {
         text()
     );
     proxy.freeze();
-    wait_until(Duration::from_secs(20), "the stall reported", || {
-        text().contains("queue hello is stalled")
-    });
+    let frozen = Instant::now();
+    while !text().contains("queue hello is stalled") {
+        assert!(
+            frozen.elapsed() < Duration::from_secs(20),
+            "no stall reported in 20 s:\n{}",
+            text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let line = text()
         .lines()
         .find(|l| l.contains("is stalled"))
