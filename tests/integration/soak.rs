@@ -12,7 +12,7 @@
 //! runs); `SLUICE_SOAK_FAULTS` narrows the faults to a comma-separated list
 //! of `kill`, `restart`, `cut`, `swap`, or `none`. Each run writes its
 //! samples (time, done, ready, RSS and open files of the steady host) to
-//! `target/soak-BROKER.csv`. `scripts/soak --minutes M --broker KIND` runs
+//! `soak-BROKER.csv` in the target directory. `scripts/soak --minutes M --broker KIND` runs
 //! one.
 
 use std::collections::BTreeMap;
@@ -393,7 +393,10 @@ fn verdict(env: &Env, run: &Run, samples: &[Sample], logs: &[String]) {
                 .map(|s| format!("{:.1},{},{},{},{}\n", s.0, s.1, s.2, s.3, s.4)),
         )
         .collect();
-    let _ = std::fs::write(repo_root().join(format!("target/soak-{name}.csv")), csv);
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| repo_root().join("target"), PathBuf::from);
+    let _ = std::fs::create_dir_all(&target);
+    let _ = std::fs::write(target.join(format!("soak-{name}.csv")), csv);
     eprintln!(
         "soak {name}: {minutes} min, measured max {max}/s, offered {rate}/s, {offered} orders ({} published twice after a failed publish), done {}, dead {}, lost {lost}, twice {twice}, stalls {stalls} (cleared {cleared}), open files {warm_fds} after warm-up max {after_fds}, RSS slope {per_10_min:.2} MiB/10 min",
         run.uncertain.len(),
