@@ -203,19 +203,7 @@ mod lost_replies {
     fn lost_replies_apply_once_and_count_no_lost_leases(env: Env) {
         // Leases long enough that no settle, held up by the cuts, comes late.
         preload_with(&env, &ORDERS.replace("lease = \"2s\"", "lease = \"10s\""));
-        let url = env.broker_url();
-        let port = url
-            .split("127.0.0.1:")
-            .nth(1)
-            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-            .unwrap()
-            .to_string();
-        let proxy = Proxy::start(&format!("127.0.0.1:{port}"), Duration::from_millis(20));
-        let proxied = url.replacen(
-            &format!("127.0.0.1:{port}"),
-            &format!("127.0.0.1:{}", proxy.port()),
-            1,
-        );
+        let (proxy, proxied) = Proxy::in_front_of(&env.broker_url(), Duration::from_millis(20));
         let handlers = env.handlers.to_str().unwrap().to_string();
         let log = env.dir.path().join("host.log");
         let mut host = env

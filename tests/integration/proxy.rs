@@ -79,6 +79,24 @@ impl Proxy {
         self.frozen.store(false, Ordering::SeqCst);
     }
 
+    /// A proxy in front of the loopback server of broker `url`
+    /// (`…127.0.0.1:PORT…`), and the same URL through it.
+    pub fn in_front_of(url: &str, hold: Duration) -> (Proxy, String) {
+        let port = url
+            .split("127.0.0.1:")
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .unwrap_or_else(|| panic!("no 127.0.0.1:PORT in broker URL {url}"))
+            .to_string();
+        let proxy = Proxy::start(&format!("127.0.0.1:{port}"), hold);
+        let through = url.replacen(
+            &format!("127.0.0.1:{port}"),
+            &format!("127.0.0.1:{}", proxy.port()),
+            1,
+        );
+        (proxy, through)
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }

@@ -6,20 +6,10 @@
 //! into a reconnect, and must not raise SIGPIPE, whose default action ends
 //! the process without a word in its log.
 
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use crate::support::{Env, wait_until};
-
-/// A child killed when dropped, a failed assertion too.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use crate::support::{Env, Killed, wait_until};
 
 #[test]
 fn a_host_lives_through_sigpipe() {

@@ -90,18 +90,7 @@ impl Rig {
                 url,
             };
         }
-        let port = url
-            .split("127.0.0.1:")
-            .nth(1)
-            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-            .unwrap()
-            .to_string();
-        let proxy = Proxy::start(&format!("127.0.0.1:{port}"), Duration::ZERO);
-        let through = url.replacen(
-            &format!("127.0.0.1:{port}"),
-            &format!("127.0.0.1:{}", proxy.port()),
-            1,
-        );
+        let (proxy, through) = Proxy::in_front_of(&url, Duration::ZERO);
         Rig {
             env,
             proxy: Some(proxy),

@@ -6,42 +6,19 @@
 //! ends the host with `exit_on_stall`. On Redis and PostgreSQL, through a
 //! proxy that freezes.
 
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use sluice::message::NewMessage;
 
 use crate::proxy::Proxy;
-use crate::support::{Env, wait_until};
+use crate::support::{Env, Killed, wait_until};
 
 const MESSAGES: u64 = 1500;
 
-/// A child killed when dropped, a failed assertion too.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `env`'s broker URL, and the same through a proxy of its own.
 fn proxied(env: &Env) -> (Proxy, String) {
-    let url = env.broker_url();
-    let port = url
-        .split("127.0.0.1:")
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .unwrap()
-        .to_string();
-    let proxy = Proxy::start(&format!("127.0.0.1:{port}"), Duration::ZERO);
-    let through = url.replacen(
-        &format!("127.0.0.1:{port}"),
-        &format!("127.0.0.1:{}", proxy.port()),
-        1,
-    );
-    (proxy, through)
+    Proxy::in_front_of(&env.broker_url(), Duration::ZERO)
 }
 
 fn a_frozen_broker_is_given_up_at_the_bound_and_the_drain_finishes(env: Env) {

@@ -297,6 +297,16 @@ impl Env {
     }
 }
 
+/// A child killed when dropped, a failed assertion too.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Wait for `cmd` with a deadline; kill it and fail the test past it.
 pub fn run_with_deadline(mut cmd: Command, deadline: Duration) -> Output {
     cmd.stdout(Stdio::piped())
