@@ -6,23 +6,19 @@
 //! The parts, each depending only on those listed before it (no module
 //! imports one that imports it back; the `layout` test checks this):
 //!
-//! * [`units`], [`error`], [`files`] — sizes and durations as people write
-//!   them, error chains on one line, and bounded reads of regular files only.
-//! * [`message`] — the envelope: what is published and what is delivered.
-//! * [`trace`] — W3C trace context in headers, attempt spans, OTLP export.
-//! * [`policy`] — pure retry and dead-letter decisions.
-//! * [`topic`] — routing keys, patterns and which queues a topic publish reaches.
-//! * [`broker`] — the broker's roles (queue, dead letters, presence,
-//!   key-value, topics, schedules) and its backends (`sqlite`, `redis`),
-//!   one file per role in each.
+//! * [`broker`] — the crate `sluice-broker`, re-exported with its modules
+//!   [`units`], [`error`], [`message`], [`policy`], [`topic`], [`publish`]
+//!   and [`client`]: the envelope, retry decisions, topics, the broker's
+//!   roles and backends, and [`Client`]. An application that only
+//!   publishes depends on that crate alone.
+//! * [`files`] — bounded reads of regular files only.
+//! * [`trace`] — one span per attempt, and OTLP export (the trace context in
+//!   headers is the broker crate's).
 //! * [`schedule`] — cron schedules: which ticks are due, and what the
 //!   hosts and the broker say of each.
 //! * [`config`] — `sluice.toml` and handler sidecars, every number checked
 //!   against its documented bounds.
 //! * [`pause`] — the host's view of which queues are paused.
-//! * [`publish`] — publish errors and a topic publish's fan-out, shared by
-//!   the client and the handlers' `publish-to-topic`.
-//! * [`client`] — publishing from Rust applications ([`Client`]).
 //! * [`wit`] — the `bindgen!`s: the types of the WIT packages in `wit/` (0.2.0, and 0.1.0 still served).
 //! * [`host`] — a handler's store, and the host side of each imported
 //!   WIT interface.
@@ -34,11 +30,14 @@
 //! * [`loader`] — a handler file and its sidecar, read, compiled and checked.
 //! * [`bind`] — the broker's topic bindings kept as the sidecars declare.
 //! * [`worker`] — the dispatch loop of one queue.
+//! * [`stall`] — which queues the watchdog found stalled, and why.
 //! * [`registry`] — the live set of handlers: swap, unload, refusals.
 //! * [`reload`] — watching the handlers directory for complete changes.
 //! * [`redrive`] — putting dead letters back on their queue on a schedule.
 //! * [`ticker`] — firing the handlers' cron schedules through the broker,
 //!   each tick once across hosts.
+//! * [`watchdog`] — a queue that has work and room for it but does not
+//!   move: logged, on `/readyz` and in the metrics.
 //! * [`admin`] — the admin HTTP endpoint: metrics, health, the JSON API and
 //!   the dashboard.
 //! * [`app`] — `run`: the registry, the watcher, the host's loops, shutdown.
@@ -47,21 +46,15 @@
 pub mod admin;
 pub mod app;
 pub mod bind;
-pub mod broker;
 pub mod cache;
 pub mod check;
 pub mod cli;
-pub mod client;
 pub mod config;
-pub mod error;
 pub mod files;
 pub mod host;
 pub mod loader;
-pub mod message;
 pub mod metrics;
 pub mod pause;
-pub mod policy;
-pub mod publish;
 pub mod redrive;
 pub mod registry;
 pub mod reload;
@@ -69,11 +62,10 @@ pub mod runtime;
 pub mod schedule;
 pub mod stall;
 pub mod ticker;
-pub mod topic;
 pub mod trace;
-pub mod units;
 pub mod watchdog;
 pub mod wit;
 pub mod worker;
 
-pub use client::Client;
+pub use sluice_broker as broker;
+pub use sluice_broker::{Client, client, error, message, policy, publish, topic, units};

@@ -1,13 +1,34 @@
-//! The shape of the source tree, which the compiler does not check: the
-//! top-level modules of `src/` import each other without a cycle, and every
-//! broker backend has the same file for each role. `scripts/structure`
+//! The shape of the source tree, which the compiler does not check: in each
+//! crate of the workspace, the top-level modules import each other without a
+//! cycle, and every broker backend has the same file for each role. `scripts/structure`
 //! prints the same graph, and more, for a person to read.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+/// The host crate's sources.
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// The broker crate's sources.
+fn broker_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/sluice-broker/src")
+}
+
+/// Every crate of the workspace, by the folder of its sources: the root
+/// package's `src/` and each `crates/*/src`.
+fn crate_sources() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = vec![src()];
+    for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+        let dir = entry.unwrap().path().join("src");
+        if dir.is_dir() {
+            found.push(dir);
+        }
+    }
+    found.sort();
+    found
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -88,14 +109,14 @@ fn a_use_group_is_split_at_its_own_commas_only() {
     assert_eq!(names, ["broker", "config", "message"]);
 }
 
-/// The module graph of `src/`: each top-level module and those it names.
-fn module_graph() -> BTreeMap<String, BTreeSet<String>> {
-    let root = src();
+/// The module graph of one crate's sources: each top-level module and those
+/// it names.
+fn module_graph(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut files = Vec::new();
-    rust_files(&root, &mut files);
+    rust_files(root, &mut files);
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in files {
-        let rel = file.strip_prefix(&root).unwrap();
+        let rel = file.strip_prefix(root).unwrap();
         let first = rel.components().next().unwrap().as_os_str();
         let module = first.to_str().unwrap().trim_end_matches(".rs").to_string();
         if module == "lib" || module == "main" {
@@ -135,18 +156,35 @@ fn cycle_from(graph: &BTreeMap<String, BTreeSet<String>>, start: &str) -> Option
 }
 
 #[test]
-fn the_modules_of_src_import_each_other_without_a_cycle() {
-    let graph = module_graph();
+fn the_modules_of_each_crate_import_each_other_without_a_cycle() {
+    let roots = crate_sources();
     assert!(
-        graph.len() > 15 && graph["broker"].contains("message"),
-        "the graph was not read: {graph:?}"
+        roots.contains(&broker_src()),
+        "no broker crate in {roots:?}"
     );
-    let cycles: Vec<String> = graph
-        .keys()
-        .filter_map(|m| cycle_from(&graph, m))
-        .map(|c| c.join(" -> "))
-        .collect();
-    assert!(cycles.is_empty(), "import cycles in src/: {cycles:#?}");
+    let host = module_graph(&src());
+    assert!(
+        host.len() > 15 && host["worker"].contains("runtime"),
+        "the host's graph was not read: {host:?}"
+    );
+    let broker = module_graph(&broker_src());
+    assert!(
+        broker.len() > 10 && broker["sqlite"].contains("message"),
+        "the broker's graph was not read: {broker:?}"
+    );
+    for root in roots {
+        let graph = module_graph(&root);
+        let cycles: Vec<String> = graph
+            .keys()
+            .filter_map(|m| cycle_from(&graph, m))
+            .map(|c| c.join(" -> "))
+            .collect();
+        assert!(
+            cycles.is_empty(),
+            "import cycles in {}: {cycles:#?}",
+            root.display()
+        );
+    }
 }
 
 #[test]
@@ -174,7 +212,7 @@ fn every_broker_backend_implements_each_role_in_its_own_file() {
         ("topics.rs", "TopicStore"),
         ("schedules.rs", "Schedules"),
     ];
-    let broker = src().join("broker");
+    let broker = broker_src();
     let mut backends = Vec::new();
     for entry in std::fs::read_dir(&broker).unwrap() {
         let dir = entry.unwrap().path();
@@ -197,10 +235,58 @@ fn every_broker_backend_implements_each_role_in_its_own_file() {
         }
         backends.push(dir.file_name().unwrap().to_string_lossy().into_owned());
     }
-    for known in ["sqlite", "redis"] {
+    for known in ["sqlite", "redis", "postgres"] {
         assert!(
             backends.iter().any(|b| b == known),
             "no {known} in {backends:?}"
         );
     }
+}
+
+/// The crates `cargo tree` lists under the broker crate built with
+/// `features` alone (normal and build dependencies).
+fn broker_tree(features: &str) -> String {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["tree", "--locked", "--offline", "-p", "sluice-broker"])
+        .args(["--no-default-features", "--features", features])
+        .args(["-e", "normal,build", "--prefix", "none"])
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn an_application_that_only_publishes_builds_without_the_runtime() {
+    for features in ["sqlite", "redis", "postgres"] {
+        let tree = broker_tree(features);
+        assert!(
+            tree.lines().any(|l| l.starts_with("sluice-broker ")),
+            "the tree was not read: {tree}"
+        );
+        for heavy in ["wasmtime", "cranelift", "axum", "sluice "] {
+            let found: Vec<&str> = tree.lines().filter(|l| l.starts_with(heavy)).collect();
+            assert!(
+                found.is_empty(),
+                "sluice-broker with {features} depends on {found:?}: the runtime's crates belong to the host crate"
+            );
+        }
+    }
+    // The backends are features: the sqlite build has no Redis client.
+    let sqlite = broker_tree("sqlite");
+    assert!(
+        sqlite.lines().any(|l| l.starts_with("rusqlite ")),
+        "{sqlite}"
+    );
+    assert!(!sqlite.lines().any(|l| l.starts_with("redis ")), "{sqlite}");
+    assert!(
+        !sqlite.lines().any(|l| l.starts_with("tokio-postgres ")),
+        "{sqlite}"
+    );
 }

@@ -175,8 +175,8 @@ fn v1_function(sql: &str, name: &str) -> String {
 /// version 1's own SQL, done as the broker's role, which owns the schema.
 /// (Version 4's settings go with the functions made again.)
 fn back_to_version_1(server: &PgServer) {
-    let queue = include_str!("../../src/broker/postgres/queue.sql");
-    let groups = include_str!("../../src/broker/postgres/groups.sql");
+    let queue = include_str!("../../crates/sluice-broker/src/postgres/queue.sql");
+    let groups = include_str!("../../crates/sluice-broker/src/postgres/groups.sql");
     let mut sql = String::from(
         "SET ROLE sluice; SET search_path = sluice;
          ALTER TABLE messages ADD CONSTRAINT messages_id_key UNIQUE (id);

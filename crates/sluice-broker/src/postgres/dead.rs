@@ -1,0 +1,211 @@
+//! The dead-letter role on PostgreSQL: one row per dead letter in `dead`
+//! (made by `queue.sql`, since the queue's `settle` buries into it in the
+//! same statement that deletes the message). A replay moves rows back the
+//! other way, a batch per statement: the statement that deletes a batch
+//! from `dead` inserts it into `messages`, so a batch moves whole or not at
+//! all, and replays on several hosts at once skip each other's rows
+//! (`FOR UPDATE SKIP LOCKED`) instead of moving one twice.
+//!
+//! A dead letter of an ordered group takes its group back: a replayed one
+//! leads its group again if it blocked it (`on_dead = "block"`), or waits
+//! behind the group's messages; purging lets the groups its dead letters
+//! blocked move on (`rejoin` and `unblock` in `groups.sql`).
+
+use async_trait::async_trait;
+use tokio_postgres::Row;
+
+use super::{PgBroker, classify};
+use crate::codec::decode_headers;
+use crate::{DeadLetter, DeadLetters, ReplaySelector, Result};
+
+/// The role's part of version 1 of the schema: beyond `dead` and its
+/// `(queue, seq)` index (which every query here ranges over), the replay
+/// and purge functions. `replay_dead` moves up to `take` dead letters of
+/// queue q back to it, oldest death first: those with seq in (past,
+/// upto] (no upper end when upto is NULL: then the queue's newest dead
+/// letter now), dead by died_by, with fewer than max_redrives redrives,
+/// among only_ids (filters that are NULL take all). Each comes back with
+/// attempt 0 and `redrive` more redrives; one of an ordered group is put
+/// back waiting and then rejoins its group. Returns how many moved, the
+/// last seq moved, and the upper end used, for the next batch.
+pub(super) const SCHEMA: &str = "
+CREATE FUNCTION replay_dead(q text, died_by bigint, max_redrives integer, only_ids text[],
+                            take bigint, redrive integer, past bigint, upto bigint,
+                            OUT moved bigint, OUT last_seq bigint, OUT bound bigint)
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  now bigint := now_ms();
+  ordered boolean;
+  waiting_ids text[];
+  waiting_grps text[];
+BEGIN
+  bound := coalesce(upto, (SELECT max(seq) FROM dead WHERE queue = q));
+  PERFORM ordering_lock(q, false);
+  ordered := EXISTS (SELECT 1 FROM orderings WHERE queue = q);
+  WITH picked AS (
+      SELECT d.seq FROM dead d
+      WHERE d.queue = q AND d.seq > past AND d.seq <= bound
+        AND (died_by IS NULL OR d.died_at <= died_by)
+        AND (max_redrives IS NULL OR d.redrives < max_redrives)
+        AND (only_ids IS NULL OR d.id = ANY(only_ids))
+      ORDER BY d.seq
+      LIMIT take
+      FOR UPDATE SKIP LOCKED
+  ), gone AS (
+      DELETE FROM dead d USING picked WHERE d.seq = picked.seq
+      RETURNING d.*
+  ), queued AS (
+      INSERT INTO messages AS m (id, queue, key, payload, headers, attempt, enqueued_at,
+                                 visible_at, held_due, last_error, redrives, grp)
+      SELECT g.id, g.queue, g.key, g.payload, g.headers, 0, g.enqueued_at,
+             CASE WHEN g.grp IS NOT NULL AND ordered THEN waiting_at() ELSE now END,
+             CASE WHEN g.grp IS NOT NULL AND ordered THEN now END,
+             g.last_error, g.redrives + redrive, g.grp
+      FROM gone g ORDER BY g.seq
+      RETURNING m.seq, m.id, m.grp, m.visible_at
+  )
+  SELECT (SELECT count(*) FROM queued), (SELECT max(g.seq) FROM gone g),
+         (SELECT array_agg(x.id ORDER BY x.seq) FROM queued x WHERE x.visible_at = waiting_at()),
+         (SELECT array_agg(x.grp ORDER BY x.seq) FROM queued x WHERE x.visible_at = waiting_at())
+    INTO moved, last_seq, waiting_ids, waiting_grps;
+  FOR i IN 1 .. coalesce(array_length(waiting_ids, 1), 0) LOOP
+    PERFORM rejoin(q, waiting_grps[i], waiting_ids[i], now);
+  END LOOP;
+END
+$$;
+
+-- Delete queue q's dead letters; the groups they blocked move on. How
+-- many went.
+CREATE FUNCTION purge_dead(q text) RETURNS bigint
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  n bigint;
+  grouped text[];
+BEGIN
+  WITH gone AS (DELETE FROM dead WHERE queue = q RETURNING id, grp)
+  SELECT count(*), array_agg(id) FILTER (WHERE grp IS NOT NULL) INTO n, grouped FROM gone;
+  IF grouped IS NOT NULL THEN
+    PERFORM unblock(q, grouped, now_ms());
+  END IF;
+  RETURN n;
+END
+$$;
+";
+
+/// Most dead letters one replay statement moves: a long replay is many
+/// short transactions, not one that holds its locks for minutes.
+const REPLAY_BATCH: i64 = 1000;
+
+const COLUMNS: &str = "id, queue, key, payload, headers, attempts, enqueued_at, died_at, \
+                       reason, last_error, handler_version, redrives, grp";
+
+#[async_trait]
+impl DeadLetters for PgBroker {
+    async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<DeadLetter>> {
+        let context = format!("listing the dead letters of queue {queue:?}");
+        let conn = self.conn(&context).await?;
+        let rows = conn
+            .query(
+                &format!("SELECT {COLUMNS} FROM dead WHERE queue = $1 ORDER BY seq LIMIT $2"),
+                &[&queue, &clamp(limit)],
+            )
+            .await
+            .map_err(|e| classify(&context, e))?;
+        Ok(rows.iter().map(from_row).collect())
+    }
+
+    async fn dead_letter(&self, queue: &str, id: &str) -> Result<Option<DeadLetter>> {
+        let context = format!("reading dead letter {id:?} of queue {queue:?}");
+        let conn = self.conn(&context).await?;
+        let row = conn
+            .query_opt(
+                &format!("SELECT {COLUMNS} FROM dead WHERE queue = $1 AND id = $2"),
+                &[&queue, &id],
+            )
+            .await
+            .map_err(|e| classify(&context, e))?;
+        Ok(row.as_ref().map(from_row))
+    }
+
+    async fn replay(&self, queue: &str, selector: &ReplaySelector) -> Result<u64> {
+        let context = format!("replaying the dead letters of queue {queue:?}");
+        let conn = self.conn(&context).await?;
+        let died_by = selector
+            .died_before_ms
+            .map(|ms| ms.min(i64::MAX as u64) as i64);
+        let max_redrives = selector.max_redrives.map(|n| n.min(i32::MAX as u32) as i32);
+        let ids = (!selector.ids.is_empty()).then_some(&selector.ids);
+        let redrive = i32::from(selector.redrive);
+        // Batches walk up the queue's dead letters from seq 0 to the newest
+        // when the replay began, so a message that dies again meanwhile is
+        // not moved twice by the same replay.
+        let (mut after, mut upto) = (0i64, None::<i64>);
+        let mut moved = 0u64;
+        loop {
+            let take = match selector.limit {
+                Some(limit) => REPLAY_BATCH.min(clamp(limit) - moved as i64),
+                None => REPLAY_BATCH,
+            };
+            if take <= 0 {
+                return Ok(moved);
+            }
+            let row = conn
+                .query_one(
+                    "SELECT * FROM replay_dead($1, $2, $3, $4, $5, $6, $7, $8)",
+                    &[
+                        &queue,
+                        &died_by,
+                        &max_redrives,
+                        &ids,
+                        &take,
+                        &redrive,
+                        &after,
+                        &upto,
+                    ],
+                )
+                .await
+                .map_err(|e| classify(&context, e))?;
+            let n: i64 = row.get(0);
+            moved += n as u64;
+            match row.get::<_, Option<i64>>(1) {
+                Some(last) if n == take => (after, upto) = (last, row.get(2)),
+                _ => return Ok(moved),
+            }
+        }
+    }
+
+    async fn purge(&self, queue: &str) -> Result<u64> {
+        let context = format!("purging the dead letters of queue {queue:?}");
+        let conn = self.conn(&context).await?;
+        let row = conn
+            .query_one("SELECT purge_dead($1)", &[&queue])
+            .await
+            .map_err(|e| classify(&context, e))?;
+        Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+}
+
+/// A count as SQL takes it.
+fn clamp(n: usize) -> i64 {
+    n.min(i64::MAX as usize) as i64
+}
+
+/// A row of [`COLUMNS`] as a dead letter.
+fn from_row(r: &Row) -> DeadLetter {
+    let headers: Option<String> = r.get(4);
+    DeadLetter {
+        id: r.get(0),
+        queue: r.get(1),
+        key: r.get(2),
+        payload: r.get(3),
+        headers: headers.map_or_else(Vec::new, |h| decode_headers(h.as_bytes())),
+        attempts: r.get::<_, i32>(5).max(0) as u32,
+        enqueued_at_ms: r.get::<_, i64>(6).max(0) as u64,
+        died_at_ms: r.get::<_, i64>(7).max(0) as u64,
+        reason: r.get(8),
+        last_error: r.get(9),
+        handler_version: r.get(10),
+        redrives: r.get::<_, i32>(11).max(0) as u32,
+        group: r.get(12),
+    }
+}
