@@ -35,6 +35,8 @@ mod limited;
 mod pg_support;
 #[path = "sluice/postgres.rs"]
 mod postgres;
+#[path = "sluice/watchdog.rs"]
+mod watchdog;
 #[allow(dead_code)]
 #[path = "../tests/integration/process.rs"]
 mod process;
@@ -65,7 +67,8 @@ usage: cargo bench --bench sluice -- [OPTIONS]
   --rounds N         rounds of the metrics-cost drains (default 1): reuse with
                      metrics off, on, and scraped, in rotating order each
                      round; the medians of the per-round ratios. The latency
-                     section runs its handlers N times alike
+                     section runs its handlers N times alike, and the
+                     watchdog section max(N, 3) rounds of its host drains
   --help             print this and exit
 ",
         SECTIONS.join(", ")
@@ -74,7 +77,7 @@ usage: cargo bench --bench sluice -- [OPTIONS]
 
 /// The sections, in the order they run: what `--only` takes (`main` runs
 /// no other).
-const SECTIONS: [&str; 12] = [
+const SECTIONS: [&str; 13] = [
     "invoke",
     "trace",
     "drain",
@@ -86,6 +89,7 @@ const SECTIONS: [&str; 12] = [
     "postgres",
     "bloat",
     "limited",
+    "watchdog",
     "reload",
 ];
 
@@ -1217,6 +1221,9 @@ fn main() {
         }
         if run("limited") {
             limited::bench().await;
+        }
+        if run("watchdog") {
+            watchdog::bench(args.rounds.max(3)).await;
         }
         // Last: it installs a global tracing subscriber.
         if run("reload") {
