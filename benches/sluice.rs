@@ -12,34 +12,29 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use sluice::broker::message::{DEFAULT_MAX_MESSAGE_SIZE, Delivery, NewMessage};
+use sluice::broker::policy::Outcome;
 use sluice::broker::{Broker, GroupSource, OrderedGroups, PgBroker, RedisBroker, SqliteBroker};
-use sluice::config::{HandlerSpec, InstanceMode};
-use sluice::message::{DEFAULT_MAX_MESSAGE_SIZE, Delivery, NewMessage};
-use sluice::metrics::Metrics;
-use sluice::pause::Paused;
-use sluice::policy::Outcome;
-use sluice::runtime::{Deadline, Handler, Invocation, Runtime};
-use sluice::worker::{Dispatch, Observe, QueueWorker};
+use sluice::testkit::config::{HandlerSpec, InstanceMode};
+use sluice::testkit::metrics::Metrics;
+use sluice::testkit::pause::Paused;
+use sluice::testkit::runtime::{Deadline, Handler, Invocation, Runtime};
+use sluice::testkit::worker::{Dispatch, Observe, QueueWorker};
 use tokio::sync::watch;
 
 // The host's allocator (see src/main.rs), so the drains measure what runs.
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-// The test suite's PostgreSQL servers: initdb into a temporary directory,
-// run as the `postgres` user when this is root.
+// The PostgreSQL sections run on the test suite's servers
+// (`sluice_broker::testkit::PgServer`: initdb into a temporary directory,
+// run as the `postgres` user when this is root).
 #[path = "sluice/limited.rs"]
 mod limited;
-#[allow(dead_code)]
-#[path = "../tests/integration/pg_support.rs"]
-mod pg_support;
 #[path = "sluice/postgres.rs"]
 mod postgres;
 #[path = "sluice/watchdog.rs"]
 mod watchdog;
-#[allow(dead_code)]
-#[path = "../tests/integration/process.rs"]
-mod process;
 
 struct Args {
     lang: String,
@@ -183,22 +178,23 @@ fn load(runtime: &Runtime, name: &str, mode: InstanceMode) -> Handler {
 /// The compiled components of every run, on disk under `target/`: a
 /// guest is compiled once, not once per load (and a profile of a run shows
 /// the handler, not the compiler).
-fn compiled(runtime: &Runtime) -> &'static sluice::cache::CompileCache {
-    static CACHE: std::sync::OnceLock<sluice::cache::CompileCache> = std::sync::OnceLock::new();
+fn compiled(runtime: &Runtime) -> &'static sluice::testkit::cache::CompileCache {
+    static CACHE: std::sync::OnceLock<sluice::testkit::cache::CompileCache> =
+        std::sync::OnceLock::new();
     CACHE.get_or_init(|| {
         let target = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target");
-        let files = sluice::cache::CacheFiles {
+        let files = sluice::CacheFiles {
             dir: target.join("bench-compiled-cache"),
             key: target.join("bench-compiled-cache.key"),
         };
-        sluice::cache::CompileCache::on_disk(runtime, &files, &target.join("no-handlers"))
+        sluice::testkit::cache::CompileCache::on_disk(runtime, &files, &target.join("no-handlers"))
             .expect("the bench's compile cache")
     })
 }
 
 fn load_in(runtime: &Runtime, lang: &str, name: &str, mode: InstanceMode) -> Handler {
     let cache = compiled(runtime);
-    let mut handler = sluice::loader::load_file(
+    let mut handler = sluice::testkit::loader::load_file(
         runtime,
         cache,
         name,
@@ -317,7 +313,7 @@ async fn bench_languages(runtime: &Runtime, messages: usize) {
         let path = guest_in(lang, "hello");
         let bytes = std::fs::read(&path).unwrap();
         let start = Instant::now();
-        sluice::check::compile(runtime, &bytes).expect("compiles");
+        sluice::testkit::check::compile(runtime, &bytes).expect("compiles");
         let compile = start.elapsed();
         let big = matches!(lang, "python" | "js");
         let costs = if big {
@@ -504,7 +500,7 @@ async fn drain(
                 metrics: Some(m.handler("hello", dispatch.version())),
                 exporter: None,
                 paused: Paused::never("hello"),
-                broker_timeout: sluice::worker::DEFAULT_BROKER_TIMEOUT,
+                broker_timeout: sluice::testkit::worker::DEFAULT_BROKER_TIMEOUT,
             };
             QueueWorker::new(m.metered(broker.clone()), dispatch, spec).with_observe(observe)
         }
@@ -516,7 +512,7 @@ async fn drain(
                 loop {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     let text = m
-                        .encode(&*broker, sluice::metrics::PoolCounts::default())
+                        .encode(&*broker, sluice::testkit::metrics::PoolCounts::default())
                         .await;
                     assert!(text.contains("sluice_messages_done_total"));
                 }
@@ -925,7 +921,7 @@ fn median(v: &mut [f64]) -> f64 {
 /// every drain above does): the attempt's span context made from the
 /// delivery's `traceparent` (or a new root), stamped on one publish, ended.
 fn trace_context_cost(n: usize) {
-    use sluice::trace::{Attempt, AttemptFields};
+    use sluice::testkit::trace::{Attempt, AttemptFields};
     let fields = || AttemptFields {
         queue: "hello",
         handler: "hello",
@@ -1028,13 +1024,13 @@ async fn bench_reload(rounds: usize) {
     std::fs::write(handlers.join("hello.wasm"), &hello).unwrap();
     let broker: Arc<dyn Broker> =
         Arc::new(SqliteBroker::open(dir.path().join("bench.db")).unwrap());
-    let options = sluice::app::RunOptions {
+    let options = sluice::RunOptions {
         handlers: handlers.clone(),
         until_idle: false,
         grace: Duration::from_secs(5),
         max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
-        max_component_size: sluice::files::DEFAULT_MAX_COMPONENT_SIZE,
-        cache: Some(sluice::cache::CacheFiles {
+        max_component_size: sluice::testkit::files::DEFAULT_MAX_COMPONENT_SIZE,
+        cache: Some(sluice::CacheFiles {
             dir: dir.path().join("cache"),
             key: dir.path().join("cache.key"),
         }),
@@ -1046,7 +1042,7 @@ async fn bench_reload(rounds: usize) {
         exit_on_stall: false,
     };
     let (stop_tx, mut stop_rx) = watch::channel(false);
-    let host = tokio::spawn(sluice::app::run(broker.clone(), options, async move {
+    let host = tokio::spawn(sluice::run(broker.clone(), options, async move {
         let _ = stop_rx.wait_for(|s| *s).await;
     }));
     // A steady flow: a message every millisecond.
@@ -1066,7 +1062,7 @@ async fn bench_reload(rounds: usize) {
     let mut latencies = Vec::new();
     for i in 0..rounds {
         let v = variant(&hello, &i.to_string());
-        let version = sluice::loader::content_hash(&v);
+        let version = sluice::testkit::loader::content_hash(&v);
         let tmp = handlers.join("hello.wasm.tmp");
         std::fs::write(&tmp, &v).unwrap();
         let renamed = Instant::now();
@@ -1102,17 +1098,17 @@ async fn bench_restart(lang: &str, name: &str) {
     for label in ["cold", "warm"] {
         let start = Instant::now();
         let runtime = Runtime::new().unwrap();
-        let files = sluice::cache::CacheFiles {
+        let files = sluice::CacheFiles {
             dir: cache_dir.path().join("cache"),
             key: cache_dir.path().join("cache.key"),
         };
-        let cache = sluice::cache::CompileCache::on_disk(
+        let cache = sluice::testkit::cache::CompileCache::on_disk(
             &runtime,
             &files,
             &cache_dir.path().join("handlers"),
         )
         .unwrap();
-        let handler = sluice::loader::load_file(
+        let handler = sluice::testkit::loader::load_file(
             &runtime,
             &cache,
             name,

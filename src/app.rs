@@ -38,11 +38,14 @@ use crate::worker::DEFAULT_BROKER_TIMEOUT;
 /// How `run` behaves.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
+    /// The handlers directory: `NAME.wasm` files and their `NAME.toml`
+    /// sidecars.
     pub handlers: PathBuf,
     /// Exit once no bound queue has a ready, delayed or in-flight message.
     pub until_idle: bool,
     /// How long in-flight calls may finish after a stop.
     pub grace: Duration,
+    /// The largest message (payload and headers) a handler may publish.
     pub max_message_size: u64,
     /// The largest handler component loaded.
     pub max_component_size: u64,
@@ -66,7 +69,10 @@ pub struct RunOptions {
 /// Where the admin endpoint listens, and the token it asks for.
 #[derive(Clone, Debug)]
 pub struct AdminOptions {
+    /// `HOST:PORT` to listen on.
     pub addr: String,
+    /// The bearer token asked of every request; required on an address
+    /// other than loopback.
     pub token: Option<String>,
     /// Host names the endpoint answers to besides its own address,
     /// `localhost` and loopback (`admin_hosts`).

@@ -22,7 +22,7 @@ use crate::topic::Binding;
 /// Make the broker's bindings from this handler's sidecar exactly those its
 /// `[[subscribe]]` tables declare, and its queue's ordering its
 /// `[ordering]`. A broker that is away is tried again with the next sync.
-pub async fn bind(store: &dyn Broker, spec: &HandlerSpec) {
+pub(crate) async fn bind(store: &dyn Broker, spec: &HandlerSpec) {
     if let Err(e) = store
         .set_ordering(&spec.queue, spec.ordering.as_ref())
         .await
@@ -46,7 +46,7 @@ pub async fn bind(store: &dyn Broker, spec: &HandlerSpec) {
 }
 
 /// Bind the topics of every spec in turn.
-pub async fn bind_all(store: &dyn Broker, specs: &[HandlerSpec]) {
+pub(crate) async fn bind_all(store: &dyn Broker, specs: &[HandlerSpec]) {
     for spec in specs {
         bind(store, spec).await;
     }
@@ -58,7 +58,7 @@ pub async fn bind_all(store: &dyn Broker, specs: &[HandlerSpec]) {
 /// whatever order they load in. A sidecar that does not parse is left to
 /// the load, which reports it. Of two sidecars naming one queue, only the
 /// first name's is bound, as only the first loads.
-pub async fn bind_sidecars(store: &dyn Broker, dir: &Path, names: &[String]) {
+pub(crate) async fn bind_sidecars(store: &dyn Broker, dir: &Path, names: &[String]) {
     // Read off the async threads: files are small and regular by then, but
     // a slow disk must not hold the runtime.
     let specs = {

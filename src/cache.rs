@@ -128,6 +128,7 @@ impl CompileCache {
     }
 
     /// The disk cache's directory, if there is one.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn dir(&self) -> Option<&Path> {
         self.disk.as_ref().map(|d| d.dir.as_path())
     }
@@ -172,6 +173,7 @@ impl CompileCache {
     }
 
     /// The disk entry for a content hash, if there is a disk cache.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn entry_for(&self, hash: &str) -> Option<PathBuf> {
         self.disk.as_ref().map(|d| self.entry_path(d, hash))
     }

@@ -7,7 +7,7 @@ use crate::error::one_line;
 use crate::runtime::{Pre, Runtime};
 
 /// The worlds a handler may implement, in the words of the errors.
-pub const WORLDS: &str = "sluice:handler/handler@0.2.0 (export `handle: func(message) -> outcome`), sluice:handler/batch-handler@0.2.0 (export `handle-batch: func(list<message>) -> list<outcome>`) or sluice:handler/handler@0.1.0";
+pub(crate) const WORLDS: &str = "sluice:handler/handler@0.2.0 (export `handle: func(message) -> outcome`), sluice:handler/batch-handler@0.2.0 (export `handle-batch: func(list<message>) -> list<outcome>`) or sluice:handler/handler@0.1.0";
 
 /// Why a file is not a component sluice can serve. The text says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -30,29 +30,29 @@ pub enum CheckError {
 
 /// What `sluice check` prints about a valid component.
 #[derive(Debug, serde::Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     /// The world it implements, e.g. `sluice:handler/handler@0.2.0`.
-    pub world: &'static str,
-    pub size: u64,
-    pub imports: Vec<String>,
-    pub exports: Vec<String>,
+    pub(crate) world: &'static str,
+    pub(crate) size: u64,
+    pub(crate) imports: Vec<String>,
+    pub(crate) exports: Vec<String>,
     /// Imports that link but whose use the host refuses (unless the sidecar
     /// grants it), with why.
-    pub refused: Vec<Refused>,
+    pub(crate) refused: Vec<Refused>,
 }
 
 /// An import that links, but whose use the host refuses unless granted.
 #[derive(Debug, serde::Serialize)]
-pub struct Refused {
-    pub import: String,
-    pub reason: &'static str,
+pub(crate) struct Refused {
+    pub(crate) import: String,
+    pub(crate) reason: &'static str,
 }
 
 /// Why the host refuses what an import offers, if it does. Handlers get
 /// WASI with nothing granted: these interfaces link, and every call that
 /// would reach outside the sandbox fails with an error the guest sees,
 /// unless the handler's sidecar grants it (outgoing HTTP to listed hosts).
-pub fn refusal(import: &str) -> Option<&'static str> {
+pub(crate) fn refusal(import: &str) -> Option<&'static str> {
     let interface = import.split('@').next().unwrap_or(import);
     match interface {
         i if i.starts_with("wasi:filesystem/") => {
@@ -76,7 +76,7 @@ pub fn refusal(import: &str) -> Option<&'static str> {
 }
 
 /// Refuse what is plainly not a component, without compiling anything.
-pub fn precheck(bytes: &[u8]) -> Result<(), CheckError> {
+pub(crate) fn precheck(bytes: &[u8]) -> Result<(), CheckError> {
     if bytes.is_empty() {
         return Err(CheckError::Empty);
     }
@@ -89,6 +89,8 @@ pub fn precheck(bytes: &[u8]) -> Result<(), CheckError> {
     Ok(())
 }
 
+/// Compile `bytes` as a component, after the cheap checks that it is one
+/// (not a core module, not something else).
 pub fn compile(runtime: &Runtime, bytes: &[u8]) -> Result<Component, CheckError> {
     precheck(bytes)?;
     runtime
@@ -96,7 +98,10 @@ pub fn compile(runtime: &Runtime, bytes: &[u8]) -> Result<Component, CheckError>
         .map_err(|e| CheckError::Compile(one_line(&e)))
 }
 
-pub fn prepare_component(runtime: &Runtime, component: &Component) -> Result<Pre, CheckError> {
+pub(crate) fn prepare_component(
+    runtime: &Runtime,
+    component: &Component,
+) -> Result<Pre, CheckError> {
     let pre = runtime
         .linker()
         .instantiate_pre(component)
@@ -105,7 +110,7 @@ pub fn prepare_component(runtime: &Runtime, component: &Component) -> Result<Pre
 }
 
 /// Validate and describe a component.
-pub fn check(runtime: &Runtime, bytes: &[u8]) -> Result<Report, CheckError> {
+pub(crate) fn check(runtime: &Runtime, bytes: &[u8]) -> Result<Report, CheckError> {
     let component = compile(runtime, bytes)?;
     let world = prepare_component(runtime, &component)?.world();
     let ty = component.component_type();

@@ -16,69 +16,69 @@ use crate::policy::{Backoff, Flow, OrderedGroups, Rate, RedrivePolicy, RetryPoli
 use crate::schedule::Schedule;
 use crate::units::{Dur, Size};
 
-pub mod bounds;
+pub(crate) mod bounds;
 mod capabilities;
 mod ordering;
 mod redrive;
 mod schedules;
 mod subscriptions;
-pub use capabilities::{Capabilities, HostPattern, HttpAllow};
-pub use subscriptions::Subscription;
+pub(crate) use capabilities::Capabilities;
+pub(crate) use subscriptions::Subscription;
 
 /// The default broker URL when neither the CLI nor `sluice.toml` names one.
-pub const DEFAULT_BROKER: &str = "sqlite://sluice.db";
+pub(crate) const DEFAULT_BROKER: &str = "sqlite://sluice.db";
 
 /// `sluice.toml`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostConfig {
     /// `sqlite://PATH`, `redis://HOST:PORT` or `postgres://USER@HOST:PORT/DB`.
-    pub broker: Option<String>,
+    pub(crate) broker: Option<String>,
     /// Directory of `NAME.wasm` handlers and `NAME.toml` sidecars.
-    pub handlers: Option<PathBuf>,
+    pub(crate) handlers: Option<PathBuf>,
     /// How long in-flight messages may run on after SIGINT/SIGTERM.
-    pub shutdown_grace: Option<Dur>,
+    pub(crate) shutdown_grace: Option<Dur>,
     /// The longest a worker waits for one broker call before giving it up
     /// with a log line and trying again (default 10 s; never longer than
     /// the queue's lease).
-    pub broker_timeout: Option<Dur>,
+    pub(crate) broker_timeout: Option<Dur>,
     /// How long a queue whose work could move may stand still before the
     /// host reports it stalled (default 30 s), or `off`.
-    pub stall_after: Option<StallAfter>,
+    pub(crate) stall_after: Option<StallAfter>,
     /// Exit non-zero when a queue stalls, for a supervisor to restart the
     /// host (default false).
-    pub exit_on_stall: Option<bool>,
+    pub(crate) exit_on_stall: Option<bool>,
     /// Cap on payload plus headers of one message.
-    pub max_message_size: Option<Size>,
+    pub(crate) max_message_size: Option<Size>,
     /// `text` (default) or `json`.
-    pub log_format: Option<LogFormat>,
+    pub(crate) log_format: Option<LogFormat>,
     /// Where compiled handlers are cached (default: `$XDG_CACHE_HOME/sluice`,
     /// else `~/.cache/sluice`). Never inside the handlers directory.
-    pub cache_dir: Option<PathBuf>,
+    pub(crate) cache_dir: Option<PathBuf>,
     /// The file of the secret that authenticates cache entries (default:
     /// `$XDG_CONFIG_HOME/sluice/cache.key`, else `~/.config/sluice/cache.key`).
-    pub cache_key: Option<PathBuf>,
+    pub(crate) cache_key: Option<PathBuf>,
     /// The largest handler component loaded (default 128 MiB).
-    pub max_component_size: Option<Size>,
+    pub(crate) max_component_size: Option<Size>,
     /// Where `sluice run` serves metrics, health, the admin API and the
     /// dashboard: `HOST:PORT` (default `127.0.0.1:9464`), or `off`.
-    pub admin: Option<String>,
+    pub(crate) admin: Option<String>,
     /// The bearer token the admin endpoint asks for (else
     /// `SLUICE_ADMIN_TOKEN`); required off loopback.
-    pub admin_token: Option<String>,
+    pub(crate) admin_token: Option<String>,
     /// Host names the admin endpoint answers to besides its own address,
     /// `localhost` and loopback: the names a proxy or a browser uses to
     /// reach it. Any other `Host` is refused (421), against DNS rebinding.
-    pub admin_hosts: Option<Vec<String>>,
+    pub(crate) admin_hosts: Option<Vec<String>>,
     /// An OTLP/HTTP collector's base URL, e.g. `http://127.0.0.1:4318`
     /// (else `OTEL_EXPORTER_OTLP_ENDPOINT`): attempt spans are exported
     /// there.
-    pub otlp_endpoint: Option<String>,
+    pub(crate) otlp_endpoint: Option<String>,
 }
 
 /// `stall_after`: a duration, or `off`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StallAfter {
+pub(crate) enum StallAfter {
     Off,
     After(Duration),
 }
@@ -98,13 +98,14 @@ impl<'de> Deserialize<'de> for StallAfter {
 /// How log lines are written: `text` for people, `json` for collectors.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     #[default]
     Text,
     Json,
 }
 
 impl HostConfig {
+    /// Read and check `sluice.toml` at `path`; the error names the file.
     pub fn load(path: &Path) -> Result<Self> {
         let text = read_text(path, MAX_CONFIG_SIZE, "a config file is a few KiB")
             .map_err(|e| anyhow::anyhow!("config file {}", chain(&e)))?;
@@ -149,6 +150,7 @@ impl HostConfig {
             .map_or(DEFAULT_MAX_COMPONENT_SIZE, |s| s.0)
     }
 
+    /// The largest message accepted (payload and headers).
     pub fn max_message_size(&self) -> u64 {
         self.max_message_size
             .map_or(DEFAULT_MAX_MESSAGE_SIZE, |s| s.0)
@@ -176,7 +178,7 @@ fn validate_admin_hosts(hosts: &[String]) -> Result<()> {
 }
 
 /// Parse TOML into `T`, turning errors into one line: `FILE:LINE:COL: what`.
-pub fn parse_toml<T: for<'de> Deserialize<'de>>(path: &Path, text: &str) -> Result<T> {
+pub(crate) fn parse_toml<T: for<'de> Deserialize<'de>>(path: &Path, text: &str) -> Result<T> {
     toml::from_str(text).map_err(|e| {
         let at = e
             .span()
@@ -271,7 +273,7 @@ struct RawIdempotency {
 
 /// Where a handler's idempotency key comes from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum KeySource {
+pub(crate) enum KeySource {
     /// The message's own key: `send --key`, or the message id.
     #[default]
     Message,
@@ -284,19 +286,23 @@ pub enum KeySource {
 /// How a handler takes idempotency keys (`[idempotency]` in its sidecar).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Idempotency {
+    /// Whether a message whose key completed is acked without a call.
     pub enabled: bool,
-    pub source: KeySource,
+    pub(crate) source: KeySource,
     /// How long a completed key is remembered.
-    pub retention: Duration,
+    pub(crate) retention: Duration,
 }
 
 /// Everything the host needs to know to serve one handler.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HandlerSpec {
     /// The file stem: `orders` for `orders.wasm`.
-    pub name: String,
+    pub(crate) name: String,
+    /// The queue it serves: its name unless the sidecar says `queue`.
     pub queue: String,
+    /// `fresh` or `reuse` instances.
     pub instance_mode: InstanceMode,
+    /// Messages one warm instance handles before it is replaced (`reuse`).
     pub max_messages_per_instance: u32,
     /// Handler calls running at once.
     pub concurrency: usize,
@@ -307,7 +313,8 @@ pub struct HandlerSpec {
     /// Ordered groups of the queue's messages (`[ordering]`); none by default.
     pub ordering: Option<OrderedGroups>,
     /// How long a delivery stays invisible to other consumers.
-    pub lease: Duration,
+    pub(crate) lease: Duration,
+    /// How long one call may run, instantiation included.
     pub timeout: Duration,
     /// How much longer than `timeout` a call may run in all by asking for
     /// more time (`limits.max_extend`).
@@ -316,35 +323,39 @@ pub struct HandlerSpec {
     /// `batch_wait`); unused by a handler of the single-message world.
     pub batch: Batch,
     /// All of one instance's memories together.
-    pub memory: u64,
+    pub(crate) memory: u64,
     /// Bytes one call may hand the host: held publishes and log lines.
-    pub call_budget: u64,
+    pub(crate) call_budget: u64,
     /// Log lines a second, for each version of the handler.
-    pub log_rate: u32,
-    pub retry: RetryPolicy,
+    pub(crate) log_rate: u32,
+    /// How failed attempts are retried (`[retry]`).
+    pub(crate) retry: RetryPolicy,
     /// Where a notice goes when a message dies (`[retry] on_dead`).
-    pub on_dead: Option<String>,
+    pub(crate) on_dead: Option<String>,
     /// Scheduled redrive of dead letters (`[retry] redrive_every`,
     /// `max_redrives`); none by default.
-    pub redrive: Option<RedrivePolicy>,
+    pub(crate) redrive: Option<RedrivePolicy>,
+    /// Which key a message is deduplicated by, and for how long
+    /// (`[idempotency]`).
     pub idempotency: Idempotency,
-    pub config: BTreeMap<String, String>,
+    /// The values the handler reads through its `config` import.
+    pub(crate) config: BTreeMap<String, String>,
     /// What the handler is granted beyond WASI with nothing (`[capabilities]`).
-    pub capabilities: Capabilities,
+    pub(crate) capabilities: Capabilities,
     /// The topics its queue is bound to (`[[subscribe]]`).
-    pub subscriptions: Vec<Subscription>,
+    pub(crate) subscriptions: Vec<Subscription>,
     /// Cron schedules publishing to its queue (`[[schedule]]`).
-    pub schedules: Vec<Schedule>,
+    pub(crate) schedules: Vec<Schedule>,
 }
 
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-pub const DEFAULT_MEMORY: u64 = 64 << 20;
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
-pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
-pub const DEFAULT_CALL_BUDGET: u64 = 8 << 20;
-pub const DEFAULT_LOG_RATE: u32 = 10_000;
-pub const DEFAULT_MAX_EXTEND: Duration = Duration::from_secs(300);
-pub const DEFAULT_BATCH_SIZE: usize = 16;
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_MEMORY: u64 = 64 << 20;
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const DEFAULT_CALL_BUDGET: u64 = 8 << 20;
+pub(crate) const DEFAULT_LOG_RATE: u32 = 10_000;
+pub(crate) const DEFAULT_MAX_EXTEND: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_BATCH_SIZE: usize = 16;
 
 /// How a batch handler's calls gather messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -353,7 +364,7 @@ pub struct Batch {
     pub size: usize,
     /// How long a call waits for a batch to fill once it has its first
     /// message; zero takes what is there.
-    pub wait: Duration,
+    pub(crate) wait: Duration,
 }
 
 impl HandlerSpec {
@@ -369,6 +380,7 @@ impl HandlerSpec {
         Self::parse(name, path, &text)
     }
 
+    /// The sidecar `text` for handler `name`; `path` names it in errors.
     pub fn parse(name: &str, path: &Path, text: &str) -> Result<Self> {
         let raw: RawHandler = parse_toml(path, text)?;
         resolve(name, raw).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use crate::units::format_size;
 
 /// The largest sidecar (`NAME.toml`) or `sluice.toml` read.
-pub const MAX_CONFIG_SIZE: u64 = 256 << 10;
+pub(crate) const MAX_CONFIG_SIZE: u64 = 256 << 10;
 
 /// The largest handler component read, unless `max_component_size` in
 /// `sluice.toml` says otherwise. A Python component with its interpreter is
@@ -55,7 +55,11 @@ pub enum FileError {
 
 /// The bytes of the regular file at `path`, at most `limit` of them.
 /// `raise` says how the limit is raised, for the error.
-pub fn read_regular(path: &Path, limit: u64, raise: &'static str) -> Result<Vec<u8>, FileError> {
+pub(crate) fn read_regular(
+    path: &Path,
+    limit: u64,
+    raise: &'static str,
+) -> Result<Vec<u8>, FileError> {
     let open = |source| FileError::Open {
         path: path.to_path_buf(),
         source,
@@ -95,7 +99,7 @@ pub fn read_regular(path: &Path, limit: u64, raise: &'static str) -> Result<Vec<
 }
 
 /// [`read_regular`] for text: the file must be UTF-8.
-pub fn read_text(path: &Path, limit: u64, raise: &'static str) -> Result<String, FileError> {
+pub(crate) fn read_text(path: &Path, limit: u64, raise: &'static str) -> Result<String, FileError> {
     let bytes = read_regular(path, limit, raise)?;
     String::from_utf8(bytes).map_err(|e| FileError::Read {
         path: path.to_path_buf(),
@@ -104,7 +108,7 @@ pub fn read_text(path: &Path, limit: u64, raise: &'static str) -> Result<String,
 }
 
 /// What a file that is not a regular file is, in words.
-pub fn kind_of(t: &std::fs::FileType) -> &'static str {
+pub(crate) fn kind_of(t: &std::fs::FileType) -> &'static str {
     if t.is_dir() {
         "a directory"
     } else if t.is_fifo() {

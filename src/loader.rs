@@ -39,11 +39,11 @@ pub enum LoadError {
 
 /// The sizes a loader holds handlers to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LoadLimits {
+pub(crate) struct LoadLimits {
     /// The largest message a handler may publish.
-    pub max_message_size: u64,
+    pub(crate) max_message_size: u64,
     /// The largest component file read.
-    pub max_component_size: u64,
+    pub(crate) max_component_size: u64,
 }
 
 impl Default for LoadLimits {
@@ -57,7 +57,7 @@ impl Default for LoadLimits {
 
 /// Loads handler files for one host: its runtime, its compiled cache and
 /// its limits.
-pub struct Loader {
+pub(crate) struct Loader {
     runtime: Runtime,
     cache: CompileCache,
     limits: LoadLimits,
@@ -65,7 +65,7 @@ pub struct Loader {
 
 impl Loader {
     /// A loader compiling for `runtime` through `cache`.
-    pub fn new(runtime: Runtime, cache: CompileCache, limits: LoadLimits) -> Self {
+    pub(crate) fn new(runtime: Runtime, cache: CompileCache, limits: LoadLimits) -> Self {
         Loader {
             runtime,
             cache,
@@ -74,19 +74,20 @@ impl Loader {
     }
 
     /// The runtime it compiles for.
-    pub fn runtime(&self) -> &Runtime {
+    pub(crate) fn runtime(&self) -> &Runtime {
         &self.runtime
     }
 
     /// Load handler `name` from `path` and its sidecar beside it (`NAME.toml`).
-    pub fn load(&self, name: &str, path: &Path) -> Result<Handler, LoadError> {
+    pub(crate) fn load(&self, name: &str, path: &Path) -> Result<Handler, LoadError> {
         load_with(&self.runtime, &self.cache, name, path, self.limits)
     }
 }
 
 /// Load handler `name` from `path` and its sidecar, compiling through
-/// `cache`, with the default component size limit: what [`Loader::load`]
-/// does, for tools and tests that have no loader.
+/// `cache`, with the default component size limit: what `Loader::load`
+/// does, for tests that have no loader.
+#[cfg(any(test, feature = "testkit"))]
 pub fn load_file(
     runtime: &Runtime,
     cache: &CompileCache,
@@ -136,7 +137,6 @@ fn load_with(
     Ok(Handler::new(
         runtime,
         spec,
-        path.to_path_buf(),
         version,
         pre,
         limits.max_message_size,
@@ -146,7 +146,7 @@ fn load_with(
 /// Handler `name`'s spec from its sidecar, or the defaults without one. A
 /// sidecar that is there but cannot be read (a dangling link, a FIFO) is
 /// an error, not a missing sidecar.
-pub fn load_spec(name: &str, sidecar: &Path) -> anyhow::Result<HandlerSpec> {
+pub(crate) fn load_spec(name: &str, sidecar: &Path) -> anyhow::Result<HandlerSpec> {
     if sidecar.symlink_metadata().is_ok() {
         HandlerSpec::load(name, sidecar)
     } else {
@@ -155,7 +155,7 @@ pub fn load_spec(name: &str, sidecar: &Path) -> anyhow::Result<HandlerSpec> {
 }
 
 /// Names of every handler file (`NAME.wasm`) in `dir`, sorted.
-pub fn scan(dir: &Path) -> anyhow::Result<Vec<String>> {
+pub(crate) fn scan(dir: &Path) -> anyhow::Result<Vec<String>> {
     let entries = std::fs::read_dir(dir).with_context(|| {
         format!(
             "cannot read handlers directory {}: create it and put NAME.wasm handler files in it",
@@ -172,7 +172,7 @@ pub fn scan(dir: &Path) -> anyhow::Result<Vec<String>> {
 
 /// `NAME` for `DIR/NAME.wasm` or `DIR/NAME.toml`; `None` for anything else
 /// (temporary files, hidden files, other extensions).
-pub fn handler_name(path: &Path) -> Option<String> {
+pub(crate) fn handler_name(path: &Path) -> Option<String> {
     let ext = path.extension()?.to_str()?;
     if ext != "wasm" && ext != "toml" {
         return None;
@@ -182,6 +182,7 @@ pub fn handler_name(path: &Path) -> Option<String> {
 }
 
 /// Short content hash used as a handler's version.
+#[cfg(any(test, feature = "testkit"))]
 pub fn content_hash(bytes: &[u8]) -> String {
     short_hash(&full_hash(bytes))
 }

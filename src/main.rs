@@ -1,5 +1,3 @@
-use clap::Parser;
-
 /// jemalloc rather than glibc's `malloc`: a drain makes memory on one
 /// thread and frees it on another, on many threads at once, and glibc's
 /// arenas spent about a fifth of the workers' time on it (the README's
@@ -13,12 +11,5 @@ async fn main() -> std::process::ExitCode {
     // socket that was just closed gets EPIPE and reconnects, where the
     // signal's default would kill it without a word. The command line's
     // output ends quietly on a closed pipe through `cli::outln!` instead.
-    let cli = sluice::cli::Cli::parse();
-    match sluice::cli::main(cli).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {}", sluice::error::one_line(&e));
-            std::process::ExitCode::FAILURE
-        }
-    }
+    sluice::cli::main().await
 }

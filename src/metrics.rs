@@ -35,12 +35,14 @@ type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 /// How many handler instances the engine's pool holds, for its gauges.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PoolCounts {
-    pub in_use: i64,
-    pub spare: i64,
+    /// Instances in a call now.
+    pub(crate) in_use: i64,
+    /// Instances made ahead and waiting for a call.
+    pub(crate) spare: i64,
 }
 
 /// How long a scrape waits for the broker's counts.
-pub const SCRAPE_BROKER_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const SCRAPE_BROKER_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Every metric of one host.
 pub struct Metrics {
@@ -69,13 +71,13 @@ pub struct Metrics {
     /// 1 when the broker answered the last scrape's counts.
     broker_up: Gauge,
     /// Versions swapped in (first loads included).
-    pub reloads: Counter,
+    pub(crate) reloads: Counter,
     /// Handler files refused, by handler.
     refusals: Family<QueueLabels, Counter>,
     /// Handler instances alive in the engine's pool.
-    pub instances: Gauge,
+    pub(crate) instances: Gauge,
     /// Spare fresh instances among them.
-    pub spares: Gauge,
+    pub(crate) spares: Gauge,
     broker_seconds: Histograms<QueueLabels>,
     broker_errors: Family<QueueLabels, Counter>,
 }
@@ -96,6 +98,7 @@ fn broker_buckets() -> Histogram {
 }
 
 impl Metrics {
+    /// Every metric registered, all at zero.
     pub fn new() -> Arc<Self> {
         let mut m = Metrics {
             registry: Registry::with_prefix("sluice"),
@@ -334,7 +337,7 @@ impl Metrics {
     /// The metrics in OpenMetrics text, with the queue gauges read from
     /// `broker` and the pool gauges set to `pool`.
     ///
-    /// A broker that fails or does not answer within [`SCRAPE_BROKER_TIMEOUT`]
+    /// A broker that fails or does not answer within `SCRAPE_BROKER_TIMEOUT`
     /// leaves the queue gauges out and `sluice_broker_up` 0: the host's own
     /// metrics, a stalled queue's gauge among them, are served all the same.
     pub async fn encode(&self, broker: &dyn Presence, pool: PoolCounts) -> String {

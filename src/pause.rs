@@ -15,7 +15,7 @@ use crate::error::chain;
 type Set = Arc<BTreeSet<String>>;
 
 /// The queues this host takes for paused, as last read from the broker.
-pub struct PauseBoard {
+pub(crate) struct PauseBoard {
     tx: watch::Sender<Set>,
 }
 
@@ -29,7 +29,7 @@ impl Default for PauseBoard {
 
 impl PauseBoard {
     /// A watch on `queue`, for its worker.
-    pub fn watch(&self, queue: &str) -> Paused {
+    pub(crate) fn watch(&self, queue: &str) -> Paused {
         Paused {
             rx: self.tx.subscribe(),
             queue: queue.to_string(),
@@ -37,12 +37,12 @@ impl PauseBoard {
     }
 
     /// Whether `queue` is paused now.
-    pub fn is_paused(&self, queue: &str) -> bool {
+    pub(crate) fn is_paused(&self, queue: &str) -> bool {
         self.tx.borrow().contains(queue)
     }
 
     /// Take `paused` for the paused queues from now on.
-    pub fn set(&self, paused: Vec<String>) {
+    pub(crate) fn set(&self, paused: Vec<String>) {
         let new: BTreeSet<String> = paused.into_iter().collect();
         self.tx.send_if_modified(|old| {
             if **old == new {
@@ -61,7 +61,7 @@ impl PauseBoard {
 
     /// Read the paused queues from `broker` every [`PAUSE_POLL`]. While the
     /// broker cannot say, the last answer stands. Never ends.
-    pub async fn follow(&self, broker: &dyn Presence) {
+    pub(crate) async fn follow(&self, broker: &dyn Presence) {
         let mut failing = false;
         loop {
             match broker.paused().await {
@@ -80,7 +80,7 @@ impl PauseBoard {
     }
 }
 
-/// One queue's view of the [`PauseBoard`].
+/// One queue's view of the `PauseBoard`.
 #[derive(Clone)]
 pub struct Paused {
     rx: watch::Receiver<Set>,
@@ -89,10 +89,12 @@ pub struct Paused {
 
 impl Paused {
     /// A queue no one ever pauses: for workers run without a host.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn never(queue: &str) -> Paused {
         PauseBoard::default().watch(queue)
     }
 
+    /// Whether the queue is paused now.
     pub fn is_paused(&self) -> bool {
         self.rx.borrow().contains(&self.queue)
     }

@@ -28,12 +28,13 @@ use crate::registry::Registry;
 pub trait Clock: Send + Sync + 'static {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
+    /// Resolves once `duration` has passed on this clock.
     async fn sleep(&self, duration: Duration);
 }
 
 /// The system clock and tokio's timers.
 #[derive(Debug, Default)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 #[async_trait]
 impl Clock for SystemClock {
@@ -52,7 +53,7 @@ const WAKE_EVERY: Duration = Duration::from_secs(1);
 
 /// The dead letters a redrive takes at `now_ms`: dead for `every`, with
 /// redrives left. They come back with one redrive more.
-pub fn selector(policy: &RedrivePolicy, now_ms: u64) -> ReplaySelector {
+pub(crate) fn selector(policy: &RedrivePolicy, now_ms: u64) -> ReplaySelector {
     ReplaySelector {
         died_before_ms: Some(policy.due_if_died_by(now_ms)),
         max_redrives: Some(policy.max_redrives),
@@ -62,7 +63,7 @@ pub fn selector(policy: &RedrivePolicy, now_ms: u64) -> ReplaySelector {
 }
 
 /// Redrive the due dead letters of one queue; returns how many went back.
-pub async fn redrive_queue(
+pub(crate) async fn redrive_queue(
     broker: &dyn DeadLetters,
     queue: &str,
     policy: &RedrivePolicy,
@@ -83,7 +84,11 @@ pub async fn redrive_queue(
 /// Redrive, for as long as it runs, the dead letters of every queue whose
 /// serving handler in `registry` asks for it. A handler loaded, changed or
 /// removed later is followed.
-pub async fn run(broker: Arc<dyn DeadLetters>, registry: Arc<Registry>, clock: Arc<dyn Clock>) {
+pub(crate) async fn run(
+    broker: Arc<dyn DeadLetters>,
+    registry: Arc<Registry>,
+    clock: Arc<dyn Clock>,
+) {
     // When each queue is next due, by the clock.
     let mut next: HashMap<String, u64> = HashMap::new();
     loop {

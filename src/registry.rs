@@ -36,15 +36,15 @@ use crate::worker::{DEFAULT_BROKER_TIMEOUT, Observe, WorkerStats, supervise};
 /// it serves them), its span exporter (when it exports) and its view of
 /// which queues are paused.
 #[derive(Clone, Default)]
-pub struct Observers {
-    pub metrics: Option<Arc<Metrics>>,
-    pub exporter: Option<Arc<Exporter>>,
-    pub pauses: Arc<PauseBoard>,
+pub(crate) struct Observers {
+    pub(crate) metrics: Option<Arc<Metrics>>,
+    pub(crate) exporter: Option<Arc<Exporter>>,
+    pub(crate) pauses: Arc<PauseBoard>,
     /// The bound on one broker call of a worker (`broker_timeout`); `None`:
     /// [`DEFAULT_BROKER_TIMEOUT`].
-    pub broker_timeout: Option<Duration>,
+    pub(crate) broker_timeout: Option<Duration>,
     /// The queues the stall watchdog finds stalled.
-    pub stalls: Arc<StallBoard>,
+    pub(crate) stalls: Arc<StallBoard>,
 }
 
 impl Observers {
@@ -63,11 +63,11 @@ impl Observers {
 }
 
 /// A serving worker, as the stall watchdog sees it.
-pub struct Watched {
-    pub queue: String,
-    pub spec: HandlerSpec,
-    pub stats: Arc<WorkerStats>,
-    pub paused: bool,
+pub(crate) struct Watched {
+    pub(crate) queue: String,
+    pub(crate) spec: HandlerSpec,
+    pub(crate) stats: Arc<WorkerStats>,
+    pub(crate) paused: bool,
 }
 
 /// A handler version serving its queue: its worker task and how to stop it.
@@ -94,7 +94,7 @@ struct State {
 }
 
 /// The handlers one host serves, by name, and those whose files it refused.
-pub struct Registry {
+pub(crate) struct Registry {
     loader: Arc<Loader>,
     broker: Arc<dyn Broker>,
     dir: PathBuf,
@@ -106,7 +106,7 @@ pub struct Registry {
 impl Registry {
     /// A registry of the handlers in `dir`, loaded by `loader`, serving the
     /// queues of `broker`.
-    pub fn new(loader: Loader, broker: Arc<dyn Broker>, dir: PathBuf) -> Self {
+    pub(crate) fn new(loader: Loader, broker: Arc<dyn Broker>, dir: PathBuf) -> Self {
         Registry {
             loader: Arc::new(loader),
             broker,
@@ -118,34 +118,34 @@ impl Registry {
     }
 
     /// The registry, its workers reporting to `observers`.
-    pub fn with_observers(mut self, observers: Observers) -> Self {
+    pub(crate) fn with_observers(mut self, observers: Observers) -> Self {
         self.observers = observers;
         self
     }
 
     /// What its workers report to.
-    pub fn observers(&self) -> &Observers {
+    pub(crate) fn observers(&self) -> &Observers {
         &self.observers
     }
 
     /// Handler instances alive now, over every handler.
-    pub fn instances_in_use(&self) -> usize {
+    pub(crate) fn instances_in_use(&self) -> usize {
         self.loader.runtime().instances_in_use()
     }
 
     /// Spare fresh instances ready or being made, over every handler.
-    pub fn spare_instances(&self) -> usize {
+    pub(crate) fn spare_instances(&self) -> usize {
         self.loader.runtime().spare_instances()
     }
 
     /// The handlers directory.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// Bring handler `name` in line with its files: load or swap in a new
     /// version, apply a changed sidecar, or unload it when its `.wasm` is gone.
-    pub async fn apply(&self, name: &str) {
+    pub(crate) async fn apply(&self, name: &str) {
         let wasm = self.dir.join(format!("{name}.wasm"));
         // Gone: unload. Anything else by that name (a directory, a FIFO, a
         // dangling link) is refused by the loader, with why.
@@ -220,7 +220,7 @@ impl Registry {
     }
 
     /// Stop serving handler `name`; its queue's messages wait.
-    pub async fn unload(&self, name: &str) {
+    pub(crate) async fn unload(&self, name: &str) {
         let mut state = self.state.lock().await;
         if let Some(old) = state.running.remove(name) {
             tracing::info!(handler = name, queue = %old.queue, version = %old.handler.version, "handler unloaded; its messages wait");
@@ -229,7 +229,7 @@ impl Registry {
     }
 
     /// Stop every worker and wait up to `grace` for their calls in flight.
-    pub async fn stop_all(&self, grace: Duration) {
+    pub(crate) async fn stop_all(&self, grace: Duration) {
         let mut state = self.state.lock().await;
         let all: Vec<Running> = std::mem::take(&mut state.running)
             .into_values()
@@ -253,7 +253,7 @@ impl Registry {
     }
 
     /// The queues served and the workers' live counts, retired ones included.
-    pub async fn workers(&self) -> Vec<(String, Arc<WorkerStats>)> {
+    pub(crate) async fn workers(&self) -> Vec<(String, Arc<WorkerStats>)> {
         let mut state = self.state.lock().await;
         state.retired.retain(|r| !r.task.is_finished());
         state
@@ -266,7 +266,7 @@ impl Registry {
 
     /// What the stall watchdog looks at: each serving worker, its queue's
     /// settings, its live counts and whether the queue is paused.
-    pub async fn watched(&self) -> Vec<Watched> {
+    pub(crate) async fn watched(&self) -> Vec<Watched> {
         let state = self.state.lock().await;
         state
             .running
@@ -281,7 +281,7 @@ impl Registry {
     }
 
     /// The specs of the handlers serving now.
-    pub async fn serving(&self) -> Vec<HandlerSpec> {
+    pub(crate) async fn serving(&self) -> Vec<HandlerSpec> {
         let state = self.state.lock().await;
         state
             .running
@@ -291,7 +291,7 @@ impl Registry {
     }
 
     /// The queues whose serving handler redrives its dead letters, and how.
-    pub async fn redrives(&self) -> Vec<(String, RedrivePolicy)> {
+    pub(crate) async fn redrives(&self) -> Vec<(String, RedrivePolicy)> {
         let state = self.state.lock().await;
         state
             .running
@@ -301,7 +301,7 @@ impl Registry {
     }
 
     /// The cron schedules of every serving handler, with its queue.
-    pub async fn schedules(&self) -> Vec<(String, Schedule)> {
+    pub(crate) async fn schedules(&self) -> Vec<(String, Schedule)> {
         let state = self.state.lock().await;
         state
             .running
@@ -314,7 +314,7 @@ impl Registry {
     }
 
     /// Names of every handler the registry knows, serving or refused.
-    pub async fn names(&self) -> Vec<String> {
+    pub(crate) async fn names(&self) -> Vec<String> {
         let state = self.state.lock().await;
         let mut names: Vec<String> = state
             .running
@@ -329,7 +329,7 @@ impl Registry {
 
     /// Every handler the host knows, serving or refused, as `host` reports
     /// it at `now_ms`.
-    pub async fn statuses(&self, host: &str, now_ms: u64) -> Vec<HandlerStatus> {
+    pub(crate) async fn statuses(&self, host: &str, now_ms: u64) -> Vec<HandlerStatus> {
         let state = self.state.lock().await;
         let mut out: BTreeMap<&str, HandlerStatus> = BTreeMap::new();
         let status = |name: &str| HandlerStatus {
@@ -367,11 +367,6 @@ impl Registry {
             s.last_refusal = Some(refused.reason.clone());
         }
         out.into_values().collect()
-    }
-
-    /// Files refused since the host started.
-    pub fn refusals(&self) -> u64 {
-        self.refusals.load(Ordering::Relaxed)
     }
 
     fn start(&self, handler: Arc<Handler>) -> Running {

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use crate::loader::handler_name;
 
 /// Quiet time after the last event before a name is reported.
-pub const DEBOUNCE: Duration = Duration::from_millis(50);
+pub(crate) const DEBOUNCE: Duration = Duration::from_millis(50);
 /// A name whose file was written but never closed is reported after this.
 const WRITE_WITHOUT_CLOSE: Duration = Duration::from_secs(5);
 
@@ -32,16 +32,16 @@ enum Seen {
 }
 
 /// Everything under the directory changed (events were lost): rescan.
-pub const RESCAN: &str = "*";
+pub(crate) const RESCAN: &str = "*";
 
 /// Watches the handlers directory and reports which handler names changed.
-pub struct DirWatcher {
+pub(crate) struct DirWatcher {
     _watcher: RecommendedWatcher,
     events: mpsc::UnboundedReceiver<(String, Seen)>,
 }
 
 impl DirWatcher {
-    pub fn start(dir: &Path) -> Result<Self> {
+    pub(crate) fn start(dir: &Path) -> Result<Self> {
         let (tx, events) = mpsc::unbounded_channel();
         let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
             let event = match res {
@@ -86,7 +86,7 @@ impl DirWatcher {
     }
 
     /// The next set of changed names (or [`RESCAN`]), once quiet.
-    pub async fn changed(&mut self) -> Vec<String> {
+    pub(crate) async fn changed(&mut self) -> Vec<String> {
         // name -> (what was seen last, when first written without a close)
         let mut pending: BTreeMap<String, (Seen, Instant)> = BTreeMap::new();
         loop {

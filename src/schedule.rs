@@ -20,16 +20,16 @@ use crate::broker::{self, HandlerStatus, LastTick, Schedules, Tick};
 use crate::message::NewMessage;
 
 /// The header that names the schedule a message comes from.
-pub const SCHEDULE_HEADER: &str = "sluice-schedule";
+pub(crate) const SCHEDULE_HEADER: &str = "sluice-schedule";
 /// The header with the time the tick was due (RFC 3339, UTC).
-pub const TICK_HEADER: &str = "sluice-tick";
+pub(crate) const TICK_HEADER: &str = "sluice-tick";
 
 /// What a schedule does with the ticks that passed while no host fired
 /// them (every host down, or the broker away).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum CatchUp {
-    /// Skip them: only a tick fired within [`ON_TIME`] of being due
+pub(crate) enum CatchUp {
+    /// Skip them: only a tick fired within [`ON_TIME_MS`] of being due
     /// publishes.
     None,
     /// Publish one message, for the latest of them.
@@ -41,7 +41,7 @@ pub enum CatchUp {
 
 impl CatchUp {
     /// The name a sidecar gives it.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             CatchUp::None => "none",
             CatchUp::One => "one",
@@ -51,23 +51,23 @@ impl CatchUp {
 }
 
 /// How late a tick may fire and still publish under `catch_up = "none"`.
-pub const ON_TIME_MS: u64 = 60_000;
+pub(crate) const ON_TIME_MS: u64 = 60_000;
 /// The most ticks one pass fires under `catch_up = "all"`; the rest follow
 /// in the next passes.
-pub const MAX_CATCH_UP: usize = 1000;
+pub(crate) const MAX_CATCH_UP: usize = 1000;
 
 /// One `[[schedule]]` of a handler, parsed.
 #[derive(Clone, Debug)]
-pub struct Schedule {
+pub(crate) struct Schedule {
     /// Unique within the handler's queue: the broker keys ticks by it.
-    pub name: String,
+    pub(crate) name: String,
     /// The cron expression as written.
-    pub cron_text: String,
+    pub(crate) cron_text: String,
     cron: Cron,
-    pub timezone: Tz,
-    pub payload: Vec<u8>,
-    pub headers: Vec<(String, String)>,
-    pub catch_up: CatchUp,
+    pub(crate) timezone: Tz,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) catch_up: CatchUp,
 }
 
 impl PartialEq for Schedule {
@@ -93,12 +93,12 @@ impl PartialEq for Schedule {
 
 /// Parse a cron expression: five fields (minute to weekday), or six with
 /// seconds first; the error is the parser's.
-pub fn parse_cron(text: &str) -> Result<Cron, String> {
+pub(crate) fn parse_cron(text: &str) -> Result<Cron, String> {
     Cron::from_str(text).map_err(|e| e.to_string())
 }
 
 /// Parse an IANA time zone name such as `Europe/Paris`.
-pub fn parse_timezone(name: &str) -> Result<Tz, String> {
+pub(crate) fn parse_timezone(name: &str) -> Result<Tz, String> {
     Tz::from_str(name).map_err(|_| {
         format!("{name:?} is not an IANA time zone name (such as \"UTC\" or \"Europe/Paris\")")
     })
@@ -106,7 +106,7 @@ pub fn parse_timezone(name: &str) -> Result<Tz, String> {
 
 impl Schedule {
     /// A schedule of `cron` (checked) in `timezone`.
-    pub fn new(name: &str, cron: &str, timezone: Tz) -> Result<Self, String> {
+    pub(crate) fn new(name: &str, cron: &str, timezone: Tz) -> Result<Self, String> {
         Ok(Schedule {
             name: name.to_string(),
             cron_text: cron.to_string(),
@@ -120,7 +120,7 @@ impl Schedule {
 
     /// The first tick after `after_ms`; `None` if the expression has no
     /// more (a year in the past, a date that never comes).
-    pub fn next_after(&self, after_ms: u64) -> Option<u64> {
+    pub(crate) fn next_after(&self, after_ms: u64) -> Option<u64> {
         let at = self.at(after_ms)?;
         let next = self.cron.find_next_occurrence(&at, false).ok()?;
         Some(next.timestamp_millis() as u64)
@@ -145,7 +145,7 @@ impl Schedule {
     /// The ticks to fire on `queue` at `now_ms`, oldest first, given the
     /// last tick recorded. A schedule seen for the first time records `now`
     /// without publishing: its ticks start after it.
-    pub fn due(&self, queue: &str, last_ms: Option<u64>, now_ms: u64) -> Vec<Tick> {
+    pub(crate) fn due(&self, queue: &str, last_ms: Option<u64>, now_ms: u64) -> Vec<Tick> {
         let tick = |at_ms: u64, publish: bool| Tick {
             queue: queue.to_string(),
             schedule: self.name.clone(),
@@ -180,7 +180,7 @@ impl Schedule {
 
     /// The message the tick at `at_ms` publishes to `queue`: the payload,
     /// the headers and two of sluice's, keyed by schedule and tick.
-    pub fn message(&self, queue: &str, at_ms: u64) -> NewMessage {
+    pub(crate) fn message(&self, queue: &str, at_ms: u64) -> NewMessage {
         let mut headers = self.headers.clone();
         headers.push((SCHEDULE_HEADER.into(), self.name.clone()));
         headers.push((TICK_HEADER.into(), rfc3339(at_ms)));
@@ -192,7 +192,7 @@ impl Schedule {
     }
 
     /// What a host reports of it.
-    pub fn spec(&self) -> broker::ScheduleSpec {
+    pub(crate) fn spec(&self) -> broker::ScheduleSpec {
         broker::ScheduleSpec {
             name: self.name.clone(),
             cron: self.cron_text.clone(),
@@ -216,12 +216,12 @@ pub fn rfc3339(at_ms: u64) -> String {
 /// One schedule as `sluice stats` and the admin API show it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScheduleView {
-    pub queue: String,
-    pub schedule: String,
+    pub(crate) queue: String,
+    pub(crate) schedule: String,
     /// `None` when no running host reports the schedule.
     pub cron: Option<String>,
     pub timezone: Option<String>,
-    pub catch_up: Option<String>,
+    pub(crate) catch_up: Option<String>,
     pub last_tick_ms: Option<u64>,
     /// When the next tick is due, counted from now; `None` without a host.
     pub next_tick_ms: Option<u64>,

@@ -6,23 +6,23 @@ use std::sync::Mutex;
 
 /// Stalled queues, each with what it waits on, in words.
 #[derive(Debug, Default)]
-pub struct StallBoard {
+pub(crate) struct StallBoard {
     stalled: Mutex<BTreeMap<String, String>>,
 }
 
 impl StallBoard {
     /// Take `now` for the stalled queues.
-    pub fn set(&self, now: BTreeMap<String, String>) {
+    pub(crate) fn set(&self, now: BTreeMap<String, String>) {
         *self.stalled.lock().expect("stall board lock") = now;
     }
 
     /// Every stalled queue, with why.
-    pub fn all(&self) -> BTreeMap<String, String> {
+    pub(crate) fn all(&self) -> BTreeMap<String, String> {
         self.stalled.lock().expect("stall board lock").clone()
     }
 
     /// Why `queue` is stalled, if it is.
-    pub fn of(&self, queue: &str) -> Option<String> {
+    pub(crate) fn of(&self, queue: &str) -> Option<String> {
         self.stalled
             .lock()
             .expect("stall board lock")

@@ -18,12 +18,16 @@ use crate::schedule::{MAX_CATCH_UP, Schedule, rfc3339};
 
 /// How often the loop wakes to see which schedules are due: a tick fires
 /// within this of its time (plus a broker round trip).
-pub const WAKE_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const WAKE_EVERY: Duration = Duration::from_secs(1);
 
 /// Fire, for as long as it runs, the due ticks of every schedule of the
 /// serving handlers in `registry`, on `clock`. A handler loaded, changed
 /// or removed later is followed.
-pub async fn run(broker: Arc<dyn Schedules>, registry: Arc<Registry>, clock: Arc<dyn Clock>) {
+pub(crate) async fn run(
+    broker: Arc<dyn Schedules>,
+    registry: Arc<Registry>,
+    clock: Arc<dyn Clock>,
+) {
     // Each schedule as last seen, by queue and name, and when it is next
     // due; one not here (or changed) is looked at on the next wake.
     let mut next: HashMap<(String, String), (Schedule, u64)> = HashMap::new();
@@ -80,7 +84,7 @@ fn last_tick(last: &[LastTick], queue: &str, schedule: &str) -> Option<u64> {
 /// Fire the ticks of `schedule` due at `now_ms`, oldest first; returns how
 /// many there were. A tick whose message the broker refuses as invalid is
 /// recorded without it, so that it is not tried at every wake.
-pub async fn fire_due(
+pub(crate) async fn fire_due(
     broker: &dyn Schedules,
     queue: &str,
     schedule: &Schedule,

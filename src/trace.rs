@@ -17,18 +17,18 @@ use opentelemetry::trace::{
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 
-pub use sluice_broker::trace::{TRACEPARENT, TRACESTATE, TraceParent, start_or_continue};
+pub(crate) use sluice_broker::trace::{TRACEPARENT, TRACESTATE, TraceParent};
 use sluice_broker::trace::{header, is, set_header};
 
 use crate::message::NewMessage;
 
 /// The standard variable naming an OTLP collector's base URL.
-pub const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+pub(crate) const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 
 /// One attempt's span: begun before the call, ended with its outcome.
 pub struct Attempt {
     /// The attempt's own context: its trace, its span id.
-    pub context: TraceParent,
+    pub(crate) context: TraceParent,
     /// The `tracestate` it carries on.
     state: Option<String>,
     /// The recording span, when spans are exported.
@@ -107,10 +107,15 @@ impl Attempt {
 
 /// What an attempt's span records besides its ids.
 pub struct AttemptFields<'a> {
+    /// The queue the message was leased from.
     pub queue: &'a str,
+    /// The handler called.
     pub handler: &'a str,
+    /// The handler version's content hash.
     pub version: &'a str,
+    /// The attempt number, from 1.
     pub attempt: u32,
+    /// The message id.
     pub message_id: &'a str,
 }
 

@@ -35,20 +35,20 @@ use crate::registry::{Registry, Watched};
 use crate::stall::StallBoard;
 
 /// The default of `stall_after`.
-pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(30);
 
 /// How the watchdog is set.
 #[derive(Clone, Copy, Debug)]
-pub struct WatchSettings {
-    pub stall_after: Duration,
-    pub exit_on_stall: bool,
+pub(crate) struct WatchSettings {
+    pub(crate) stall_after: Duration,
+    pub(crate) exit_on_stall: bool,
     /// The bound on its own stats call.
-    pub broker_timeout: Duration,
+    pub(crate) broker_timeout: Duration,
 }
 
 /// Watch `registry`'s workers until a stall with `exit_on_stall` (an error
 /// naming it); never ends otherwise.
-pub async fn run(
+pub(crate) async fn run(
     broker: Arc<dyn Broker>,
     registry: Arc<Registry>,
     settings: WatchSettings,

@@ -28,7 +28,7 @@ wasmtime::component::bindgen!({
 
 /// The `batch-handler` world of the current package: its interfaces are
 /// the root module's.
-pub mod batch {
+pub(crate) mod batch {
     wasmtime::component::bindgen!({
         path: "wit",
         world: "batch-handler",
@@ -45,7 +45,7 @@ pub mod batch {
 }
 
 /// The `handler` world of `sluice:handler@0.1.0`.
-pub mod v1 {
+pub(crate) mod v1 {
     wasmtime::component::bindgen!({
         path: "wit/0.1.0",
         world: "handler",

@@ -6,8 +6,8 @@
 //! same however many messages wait.
 
 use sluice::broker::{Flow, Settlement};
+use sluice_broker::testkit::PgServer;
 
-use super::pg_support::PgServer;
 use super::*;
 
 /// Messages delayed by an hour beside the ready ones.

@@ -7,7 +7,8 @@
 //! * `bloat`: whether deleting done messages keeps the hot table small: its
 //!   size after a long drain against its size early in the same drain.
 
-use super::pg_support::PgServer;
+use sluice_broker::testkit::PgServer;
+
 use super::*;
 
 /// The drains' settings: many calls and a deep prefetch, as on Redis, so

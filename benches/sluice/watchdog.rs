@@ -49,13 +49,13 @@ async fn drain(cache: &std::path::Path, stall_after: Option<Duration>) -> f64 {
             .collect();
         broker.publish(batch).await.unwrap();
     }
-    let options = sluice::app::RunOptions {
+    let options = sluice::RunOptions {
         handlers,
         until_idle: true,
         grace: Duration::from_secs(5),
         max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
-        max_component_size: sluice::files::DEFAULT_MAX_COMPONENT_SIZE,
-        cache: Some(sluice::cache::CacheFiles {
+        max_component_size: sluice::testkit::files::DEFAULT_MAX_COMPONENT_SIZE,
+        cache: Some(sluice::CacheFiles {
             dir: cache.join("cache"),
             key: cache.join("cache.key"),
         }),
@@ -67,7 +67,7 @@ async fn drain(cache: &std::path::Path, stall_after: Option<Duration>) -> f64 {
         exit_on_stall: false,
     };
     let start = Instant::now();
-    sluice::app::run(broker.clone(), options, std::future::pending())
+    sluice::run(broker.clone(), options, std::future::pending())
         .await
         .unwrap();
     let elapsed = start.elapsed();

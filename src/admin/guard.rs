@@ -27,11 +27,11 @@ use super::{Admin, error};
 
 /// The header the dashboard, and any script of the operator's, sends with
 /// each request that changes state.
-pub const REQUEST_HEADER: &str = "x-sluice-request";
+pub(crate) const REQUEST_HEADER: &str = "x-sluice-request";
 
 /// The local address a connection came in on.
 #[derive(Clone, Copy, Debug)]
-pub struct Local(pub SocketAddr);
+pub(crate) struct Local(pub SocketAddr);
 
 impl Connected<IncomingStream<'_, tokio::net::TcpListener>> for Local {
     fn connect_info(stream: IncomingStream<'_, tokio::net::TcpListener>) -> Self {
@@ -41,7 +41,11 @@ impl Connected<IncomingStream<'_, tokio::net::TcpListener>> for Local {
 }
 
 /// Refuse a request whose `Host` does not name this endpoint.
-pub async fn check_host(State(admin): State<Arc<Admin>>, req: Request, next: Next) -> Response {
+pub(crate) async fn check_host(
+    State(admin): State<Arc<Admin>>,
+    req: Request,
+    next: Next,
+) -> Response {
     let local = req
         .extensions()
         .get::<ConnectInfo<Local>>()
@@ -66,7 +70,11 @@ pub async fn check_host(State(admin): State<Arc<Admin>>, req: Request, next: Nex
 }
 
 /// Refuse a request that changes state without proof it was not forged.
-pub async fn check_forgery(State(admin): State<Arc<Admin>>, req: Request, next: Next) -> Response {
+pub(crate) async fn check_forgery(
+    State(admin): State<Arc<Admin>>,
+    req: Request,
+    next: Next,
+) -> Response {
     match forged(req.method(), req.headers(), admin.token.as_deref()) {
         None => next.run(req).await,
         Some(why) => error(StatusCode::FORBIDDEN, why),

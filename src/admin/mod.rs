@@ -44,14 +44,14 @@ mod api;
 mod guard;
 
 /// The default address: loopback, the port Prometheus exporters often take.
-pub const DEFAULT_ADDR: &str = "127.0.0.1:9464";
+pub(crate) const DEFAULT_ADDR: &str = "127.0.0.1:9464";
 /// The environment variable that gives the token, when `admin_token` does not.
-pub const TOKEN_ENV: &str = "SLUICE_ADMIN_TOKEN";
+pub(crate) const TOKEN_ENV: &str = "SLUICE_ADMIN_TOKEN";
 /// How long `/readyz` waits for the broker.
 const BROKER_CHECK: Duration = Duration::from_secs(2);
 
 /// What the endpoint serves from: the host's broker, registry and metrics.
-pub struct Admin {
+pub(crate) struct Admin {
     broker: Arc<dyn Broker>,
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
@@ -64,7 +64,7 @@ pub struct Admin {
 }
 
 impl Admin {
-    pub fn new(
+    pub(crate) fn new(
         broker: Arc<dyn Broker>,
         registry: Arc<Registry>,
         metrics: Arc<Metrics>,
@@ -82,14 +82,14 @@ impl Admin {
     }
 
     /// Say that the first pass over the handlers directory is done.
-    pub fn mark_started(&self) {
+    pub(crate) fn mark_started(&self) {
         self.started.store(true, Ordering::Relaxed);
     }
 }
 
 /// Bind the admin endpoint to `addr`, checking first that an address other
 /// than loopback comes with a token.
-pub async fn bind(addr: &str, token: Option<&str>) -> Result<tokio::net::TcpListener> {
+pub(crate) async fn bind(addr: &str, token: Option<&str>) -> Result<tokio::net::TcpListener> {
     let addrs = resolve(addr)?;
     if token.is_none() && !addrs.iter().all(|a| a.ip().is_loopback()) {
         bail!(
@@ -121,7 +121,7 @@ fn resolve(addr: &str) -> Result<Vec<SocketAddr>> {
 }
 
 /// Serve the endpoint on `listener` until `shutdown` resolves.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     admin: Arc<Admin>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,

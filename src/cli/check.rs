@@ -13,12 +13,12 @@ use crate::units::format_size;
 
 /// The arguments of `sluice check`.
 #[derive(Debug, Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// The component to check.
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
 }
 
-pub fn check(ctx: &Context, args: CheckArgs) -> Result<()> {
+pub(crate) fn check(ctx: &Context, args: CheckArgs) -> Result<()> {
     let limit = ctx.config.max_component_size();
     let bytes = read_regular(&args.file, limit, "raise max_component_size in sluice.toml")
         .map_err(|e| anyhow::anyhow!(chain(&e)))?;

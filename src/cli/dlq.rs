@@ -10,14 +10,14 @@ use crate::message::now_ms;
 
 /// The arguments of `sluice dlq`.
 #[derive(Debug, Args)]
-pub struct DlqArgs {
+pub(crate) struct DlqArgs {
     #[command(subcommand)]
-    pub action: DlqAction,
+    pub(crate) action: DlqAction,
 }
 
 /// What `sluice dlq` does.
 #[derive(Debug, Subcommand)]
-pub enum DlqAction {
+pub(crate) enum DlqAction {
     /// List a queue's dead letters, oldest first.
     List {
         queue: String,
@@ -45,7 +45,7 @@ pub enum DlqAction {
     Purge { queue: String },
 }
 
-pub async fn dlq(ctx: &Context, args: DlqArgs) -> Result<()> {
+pub(crate) async fn dlq(ctx: &Context, args: DlqArgs) -> Result<()> {
     let broker: std::sync::Arc<dyn DeadLetters> = ctx.broker().await?;
     match args.action {
         DlqAction::List { queue, limit } => {

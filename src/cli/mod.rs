@@ -47,24 +47,24 @@ mod topics;
     version,
     about = "Run sandboxed WebAssembly handlers over a message queue"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Broker URL: sqlite://PATH (default sqlite://sluice.db), redis://HOST:PORT[/DB]
     /// or postgres://USER@HOST:PORT/DB[?schema=NAME].
     #[arg(long, global = true, value_name = "URL")]
-    pub broker: Option<String>,
+    pub(crate) broker: Option<String>,
     /// Config file (default: sluice.toml, when it exists).
     #[arg(long, global = true, value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
-    pub json: bool,
+    pub(crate) json: bool,
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 /// The commands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Serve the handlers in a directory.
     Run(run::RunArgs),
     /// Publish one message.
@@ -86,10 +86,10 @@ pub enum Command {
 }
 
 /// What every command shares: the config file and the broker to use.
-pub struct Context {
-    pub config: HostConfig,
-    pub broker_url: String,
-    pub json: bool,
+pub(crate) struct Context {
+    pub(crate) config: HostConfig,
+    pub(crate) broker_url: String,
+    pub(crate) json: bool,
 }
 
 impl Context {
@@ -113,13 +113,13 @@ impl Context {
         })
     }
 
-    pub async fn broker(&self) -> Result<std::sync::Arc<dyn crate::broker::Broker>> {
+    pub(crate) async fn broker(&self) -> Result<std::sync::Arc<dyn crate::broker::Broker>> {
         crate::broker::connect(&self.broker_url).await
     }
 
     /// `SLUICE_LOG_FORMAT` (`text` or `json`), else `log_format` in
     /// sluice.toml, else text.
-    pub fn log_format(&self) -> Result<LogFormat> {
+    pub(crate) fn log_format(&self) -> Result<LogFormat> {
         match std::env::var("SLUICE_LOG_FORMAT") {
             Ok(v) if !v.trim().is_empty() => match v.trim().to_ascii_lowercase().as_str() {
                 "text" => Ok(LogFormat::Text),
@@ -130,15 +130,30 @@ impl Context {
         }
     }
 
-    pub fn grace(&self) -> Duration {
+    pub(crate) fn grace(&self) -> Duration {
         self.config
             .shutdown_grace
             .map_or(Duration::from_secs(30), |d| d.0)
     }
 }
 
+/// The `sluice` command line as the binary runs it: parse the arguments
+/// (clap prints help, the version or a usage error and exits), run the
+/// command, and report its error, if any, on one line of stderr. The exit
+/// status says which: success, or failure.
+pub async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", crate::error::one_line(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Run the parsed command line. Logging is set up here, once.
-pub async fn main(cli: Cli) -> Result<()> {
+async fn dispatch(cli: Cli) -> Result<()> {
     let ctx = Context::new(&cli)?;
     init_logging(ctx.log_format()?);
     match cli.command {

@@ -11,7 +11,7 @@ use super::Context;
 
 /// The languages `sluice new` scaffolds.
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum Lang {
+pub(crate) enum Lang {
     Rust,
     Python,
     Js,
@@ -20,17 +20,17 @@ pub enum Lang {
 
 /// The arguments of `sluice new`.
 #[derive(Debug, Args)]
-pub struct NewArgs {
+pub(crate) struct NewArgs {
     /// The handler's name: it serves the queue of that name.
-    pub name: String,
+    pub(crate) name: String,
     #[arg(long, value_enum)]
-    pub lang: Lang,
+    pub(crate) lang: Lang,
     /// A batch handler: `handle-batch` takes up to `batch_size` messages a call.
     #[arg(long)]
-    pub batch: bool,
+    pub(crate) batch: bool,
     /// Where to write the project (default: ./NAME). Must not exist yet, or be empty.
     #[arg(long)]
-    pub dir: Option<PathBuf>,
+    pub(crate) dir: Option<PathBuf>,
 }
 
 /// The WIT package every project carries.
@@ -185,7 +185,7 @@ fn validate_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-pub fn new(ctx: &Context, args: NewArgs) -> Result<()> {
+pub(crate) fn new(ctx: &Context, args: NewArgs) -> Result<()> {
     validate_name(&args.name)?;
     let dir = args
         .dir

@@ -8,13 +8,13 @@ use crate::broker::{PAUSE_POLL, Presence};
 
 /// The arguments of `sluice pause` and `sluice resume`.
 #[derive(Debug, Args)]
-pub struct PauseArgs {
+pub(crate) struct PauseArgs {
     /// The queue.
-    pub queue: String,
+    pub(crate) queue: String,
 }
 
 /// Pause (`true`) or resume a queue on every host that serves it.
-pub async fn set_paused(ctx: &Context, args: PauseArgs, paused: bool) -> Result<()> {
+pub(crate) async fn set_paused(ctx: &Context, args: PauseArgs, paused: bool) -> Result<()> {
     let queue = args.queue.trim();
     if queue.is_empty() {
         bail!(

@@ -15,20 +15,20 @@ use crate::watchdog::DEFAULT_STALL_AFTER;
 
 /// The arguments of `sluice run`.
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Directory of NAME.wasm handlers (default: `handlers` in sluice.toml, else ./handlers).
     #[arg(long, value_name = "DIR")]
-    pub handlers: Option<PathBuf>,
+    pub(crate) handlers: Option<PathBuf>,
     /// Exit 0 once no bound queue has a ready, delayed or in-flight message.
     #[arg(long)]
-    pub until_idle: bool,
+    pub(crate) until_idle: bool,
     /// Serve metrics, health, the admin API and the dashboard on HOST:PORT
     /// (default: `admin` in sluice.toml, else 127.0.0.1:9464), or `off`.
     #[arg(long, value_name = "ADDR|off")]
-    pub admin: Option<String>,
+    pub(crate) admin: Option<String>,
 }
 
-pub async fn run(ctx: &Context, args: RunArgs) -> Result<()> {
+pub(crate) async fn run(ctx: &Context, args: RunArgs) -> Result<()> {
     let handlers = args
         .handlers
         .or_else(|| ctx.config.handlers.clone())

@@ -35,38 +35,38 @@ const READ_AHEAD: usize = 2;
 #[command(
     override_usage = "sluice send [OPTIONS] QUEUE PAYLOAD\n       sluice send [OPTIONS] --topic TOPIC --route KEY PAYLOAD\n       sluice send [OPTIONS] QUEUE --lines FILE"
 )]
-pub struct SendArgs {
+pub(crate) struct SendArgs {
     /// QUEUE and PAYLOAD, or with --topic only PAYLOAD, or with --lines only
     /// QUEUE. The payload is literal text, @FILE for a file's bytes, or - for
     /// stdin.
     #[arg(value_name = "QUEUE/PAYLOAD", num_args = 1..=2, required = true)]
-    pub values: Vec<String>,
+    pub(crate) values: Vec<String>,
     /// Publish to this topic: one copy into every queue bound with a
     /// matching pattern.
     #[arg(long, requires = "route")]
-    pub topic: Option<String>,
+    pub(crate) topic: Option<String>,
     /// The routing key of a topic publish, e.g. orders.eu.created.
     #[arg(long, requires = "topic")]
-    pub route: Option<String>,
+    pub(crate) route: Option<String>,
     /// Publish one message per line of FILE (- for stdin) to QUEUE, in
     /// batches of up to 1,000. A line's "\n" or "\r\n" is not part of the
     /// message; empty lines are skipped and counted as skipped. --header
     /// and --delay apply to every message; --key cannot be used. A failure
     /// names the line to resume from: every line before it was sent.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["topic", "route"])]
-    pub lines: Option<PathBuf>,
+    pub(crate) lines: Option<PathBuf>,
     /// Idempotency key (default: the new message's id).
     #[arg(long)]
-    pub key: Option<String>,
+    pub(crate) key: Option<String>,
     /// A header, K=V; repeatable.
     #[arg(long = "header", value_name = "K=V")]
-    pub headers: Vec<String>,
+    pub(crate) headers: Vec<String>,
     /// Deliver no earlier than this, e.g. 5s or 1m.
     #[arg(long, value_parser = parse_duration)]
-    pub delay: Option<std::time::Duration>,
+    pub(crate) delay: Option<std::time::Duration>,
 }
 
-pub async fn send(ctx: &Context, args: SendArgs) -> Result<()> {
+pub(crate) async fn send(ctx: &Context, args: SendArgs) -> Result<()> {
     if let Some(file) = &args.lines {
         return send_lines(ctx, &args, file).await;
     }

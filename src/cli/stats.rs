@@ -10,18 +10,18 @@ use crate::schedule::{self, ScheduleView};
 
 /// The arguments of `sluice stats`.
 #[derive(Debug, Args)]
-pub struct StatsArgs {
+pub(crate) struct StatsArgs {
     /// With --json: print the handlers the running hosts report instead of
     /// the queues.
     #[arg(long, conflicts_with = "schedules")]
-    pub handlers: bool,
+    pub(crate) handlers: bool,
     /// With --json: print the cron schedules, with their last and next
     /// tick, instead of the queues.
     #[arg(long)]
-    pub schedules: bool,
+    pub(crate) schedules: bool,
 }
 
-pub async fn stats(ctx: &Context, args: StatsArgs) -> Result<()> {
+pub(crate) async fn stats(ctx: &Context, args: StatsArgs) -> Result<()> {
     let broker = ctx.broker().await?;
     let all = broker.stats().await?;
     let now = now_ms();

@@ -12,14 +12,14 @@ use crate::topic::{Binding, CLI_ORIGIN, pattern_or_every, validate_topic_name};
 
 /// The arguments of `sluice topics`.
 #[derive(Debug, Args)]
-pub struct TopicsArgs {
+pub(crate) struct TopicsArgs {
     #[command(subcommand)]
-    pub action: Option<TopicsAction>,
+    pub(crate) action: Option<TopicsAction>,
 }
 
 /// What `sluice topics` does.
 #[derive(Debug, Subcommand)]
-pub enum TopicsAction {
+pub(crate) enum TopicsAction {
     /// Every topic: its bindings and how many publishes matched none.
     List,
     /// Bind a queue to a topic (handlers bind theirs with [[subscribe]]).
@@ -43,14 +43,14 @@ pub enum TopicsAction {
 
 /// Which binding: a routing-key pattern, or the topic's catch-all.
 #[derive(Debug, Args)]
-pub struct Which {
+pub(crate) struct Which {
     /// The routing-key pattern: `*` matches one word, `#` zero or more
     /// (default `#`, every publish).
     #[arg(long, conflicts_with = "unmatched")]
-    pub route: Option<String>,
+    pub(crate) route: Option<String>,
     /// The catch-all: publishes that no pattern matches.
     #[arg(long)]
-    pub unmatched: bool,
+    pub(crate) unmatched: bool,
 }
 
 impl Which {
@@ -69,7 +69,7 @@ fn check_names(topic: &str, queue: &str) -> Result<()> {
     Ok(())
 }
 
-pub async fn topics(ctx: &Context, args: TopicsArgs) -> Result<()> {
+pub(crate) async fn topics(ctx: &Context, args: TopicsArgs) -> Result<()> {
     let broker: Arc<dyn TopicStore> = ctx.broker().await?;
     match args.action.unwrap_or(TopicsAction::List) {
         TopicsAction::List => list(ctx, &*broker).await,

@@ -19,74 +19,78 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 const YEAR: Duration = Duration::from_secs(31_557_600);
 
 /// Handler calls at once: the runtime's instance pool holds 1000.
-pub const CONCURRENCY: (usize, usize) = (1, 1000);
+pub(crate) const CONCURRENCY: (usize, usize) = (1, 1000);
 /// Messages leased ahead of the calls.
-pub const PREFETCH: (usize, usize) = (1, 100_000);
+pub(crate) const PREFETCH: (usize, usize) = (1, 100_000);
 /// A queue's messages leased at once across every host (`max_in_flight`).
-pub const MAX_IN_FLIGHT: (u32, u32) = (1, 100_000);
+pub(crate) const MAX_IN_FLIGHT: (u32, u32) = (1, 100_000);
 /// Leases a period (the N of `rate = "N/s"`, `"N/m"` or `"N/h"`).
-pub const RATE_COUNT: (u32, u32) = (1, 1_000_000);
+pub(crate) const RATE_COUNT: (u32, u32) = (1, 1_000_000);
 /// `[[schedule]]` tables in one sidecar.
-pub const SCHEDULES: (usize, usize) = (0, 100);
+pub(crate) const SCHEDULES: (usize, usize) = (0, 100);
 /// How long a delivery is leased: at least [`LEASE_MARGIN`] beyond the
 /// timeout, at most a week.
-pub const LEASE: (Duration, Duration) = (SECOND, Duration::from_secs(7 * 24 * 3600));
+pub(crate) const LEASE: (Duration, Duration) = (SECOND, Duration::from_secs(7 * 24 * 3600));
 /// How much longer than `limits.timeout` the lease must be: the margin for
 /// settling the call, the timer's granularity and clocks that disagree.
-pub const LEASE_MARGIN: Duration = SECOND;
+pub(crate) const LEASE_MARGIN: Duration = SECOND;
 /// One instance's memory, all of its memories together (`limits.memory`).
-pub const MEMORY: (u64, u64) = (64 << 10, 4 << 30);
+pub(crate) const MEMORY: (u64, u64) = (64 << 10, 4 << 30);
 /// Bytes one call may hand the host (`limits.call_budget`).
-pub const CALL_BUDGET: (u64, u64) = (64 << 10, 1 << 30);
+pub(crate) const CALL_BUDGET: (u64, u64) = (64 << 10, 1 << 30);
 /// Log lines a second per handler version (`limits.log_rate`).
-pub const LOG_RATE: (u32, u32) = (1, 1_000_000);
+pub(crate) const LOG_RATE: (u32, u32) = (1, 1_000_000);
 /// One call's wall-clock limit.
-pub const TIMEOUT: (Duration, Duration) = (MS, HOUR);
+pub(crate) const TIMEOUT: (Duration, Duration) = (MS, HOUR);
 /// How much longer than its timeout a call may run by asking
 /// (`limits.max_extend`): its messages' leases are kept meanwhile.
-pub const MAX_EXTEND: (Duration, Duration) = (Duration::ZERO, DAY);
+pub(crate) const MAX_EXTEND: (Duration, Duration) = (Duration::ZERO, DAY);
 /// Messages one call of a batch handler takes (`batch_size`).
-pub const BATCH_SIZE: (usize, usize) = (1, 1000);
+pub(crate) const BATCH_SIZE: (usize, usize) = (1, 1000);
 /// How long a batch handler's call waits for its batch to fill.
-pub const BATCH_WAIT: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(60));
+pub(crate) const BATCH_WAIT: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(60));
 /// Snoozes of one message (`retry.max_snoozes`).
-pub const MAX_SNOOZES: (u32, u32) = (1, 1_000_000);
+pub(crate) const MAX_SNOOZES: (u32, u32) = (1, 1_000_000);
 /// Messages one warm instance handles before it is replaced.
-pub const MAX_MESSAGES_PER_INSTANCE: (u32, u32) = (1, 1_000_000);
+pub(crate) const MAX_MESSAGES_PER_INSTANCE: (u32, u32) = (1, 1_000_000);
 /// Attempts in all.
-pub const MAX_ATTEMPTS: (u32, u32) = (1, 1000);
+pub(crate) const MAX_ATTEMPTS: (u32, u32) = (1, 1000);
 /// Any one retry delay, backoff bound or guest delay cap: up to
 /// [`MAX_DELAY`], the longest delay sluice accepts anywhere (a publish's
 /// delay too).
-pub const DELAY: (Duration, Duration) = (Duration::ZERO, MAX_DELAY);
+pub(crate) const DELAY: (Duration, Duration) = (Duration::ZERO, MAX_DELAY);
 /// Delay levels in `retry.delays`.
-pub const DELAY_LEVELS: (usize, usize) = (1, 100);
+pub(crate) const DELAY_LEVELS: (usize, usize) = (1, 100);
 /// How long a completed idempotency key is remembered.
-pub const RETENTION: (Duration, Duration) = (SECOND, YEAR);
+pub(crate) const RETENTION: (Duration, Duration) = (SECOND, YEAR);
 /// Scheduled redrives of a dead letter.
-pub const MAX_REDRIVES: (u32, u32) = (1, 1000);
+pub(crate) const MAX_REDRIVES: (u32, u32) = (1, 1000);
 /// How long a message stays dead before a scheduled redrive.
-pub const REDRIVE_EVERY: (Duration, Duration) = (SECOND, YEAR);
+pub(crate) const REDRIVE_EVERY: (Duration, Duration) = (SECOND, YEAR);
 /// How long calls in flight may finish after a stop (`shutdown_grace`).
-pub const SHUTDOWN_GRACE: (Duration, Duration) = (Duration::ZERO, DAY);
+pub(crate) const SHUTDOWN_GRACE: (Duration, Duration) = (Duration::ZERO, DAY);
 /// How long a queue that could move may stand still before it is
 /// reported stalled (`stall_after`).
-pub const STALL_AFTER: (Duration, Duration) = (SECOND, HOUR);
+pub(crate) const STALL_AFTER: (Duration, Duration) = (SECOND, HOUR);
 /// The longest a worker waits for one broker call (`broker_timeout`).
-pub const BROKER_TIMEOUT: (Duration, Duration) =
+pub(crate) const BROKER_TIMEOUT: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(600));
 /// One message's payload, headers and key (`max_message_size`).
-pub const MESSAGE_SIZE: (u64, u64) = (1, 64 << 20);
+pub(crate) const MESSAGE_SIZE: (u64, u64) = (1, 64 << 20);
 /// One component file (`max_component_size`).
-pub const COMPONENT_SIZE: (u64, u64) = (1 << 10, 4 << 30);
+pub(crate) const COMPONENT_SIZE: (u64, u64) = (1 << 10, 4 << 30);
 
 /// `value` of `field` if it is within `(min, max)`, both included.
-pub fn check<T: PartialOrd + Display + Copy>(field: &str, value: T, range: (T, T)) -> Result<T> {
+pub(crate) fn check<T: PartialOrd + Display + Copy>(
+    field: &str,
+    value: T,
+    range: (T, T),
+) -> Result<T> {
     check_as(field, value, range, |v| v.to_string())
 }
 
 /// [`check`] for a duration, written the way the file writes durations.
-pub fn check_duration(
+pub(crate) fn check_duration(
     field: &str,
     value: Duration,
     range: (Duration, Duration),
@@ -97,7 +101,7 @@ pub fn check_duration(
 }
 
 /// [`check`] for a size, written the way the file writes sizes.
-pub fn check_size(field: &str, value: u64, range: (u64, u64)) -> Result<u64> {
+pub(crate) fn check_size(field: &str, value: u64, range: (u64, u64)) -> Result<u64> {
     check_as(field, value, range, crate::units::format_size)
 }
 

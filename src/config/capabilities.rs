@@ -9,34 +9,35 @@ use serde::Deserialize;
 /// `[capabilities]` in `NAME.toml`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Capabilities {
+pub(crate) struct Capabilities {
     /// The handler's own key-value store (`sluice:handler/kv`).
     #[serde(default)]
-    pub kv: bool,
+    pub(crate) kv: bool,
     /// Hosts that outgoing HTTP (`wasi:http/outgoing-handler`) may reach.
     /// Empty: every request is refused.
     #[serde(default)]
-    pub http_allow: HttpAllow,
+    pub(crate) http_allow: HttpAllow,
 }
 
 /// The allow-list of outgoing HTTP: `["api.example.com", "127.0.0.1:8080",
 /// "*.example.org"]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(transparent)]
-pub struct HttpAllow(Vec<HostPattern>);
+pub(crate) struct HttpAllow(Vec<HostPattern>);
 
 impl HttpAllow {
-    pub fn new(patterns: Vec<HostPattern>) -> Self {
+    #[cfg(test)]
+    fn new(patterns: Vec<HostPattern>) -> Self {
         HttpAllow(patterns)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     /// Whether a request to `host` on `port` is granted. `host` is as in a
     /// URL's authority: a name, an IPv4 address or a bracketed IPv6 address.
-    pub fn permits(&self, host: &str, port: u16) -> bool {
+    pub(crate) fn permits(&self, host: &str, port: u16) -> bool {
         let Ok(host) = normalize_host(host) else {
             return false;
         };
@@ -48,7 +49,7 @@ impl HttpAllow {
 /// subdomains, with an optional port (without one, any port).
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
-pub struct HostPattern {
+pub(crate) struct HostPattern {
     host: HostMatch,
     port: Option<u16>,
 }
@@ -62,7 +63,7 @@ enum HostMatch {
 
 impl HostPattern {
     /// Parse an entry; the error says what to write instead.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
         let example = "write a host with an optional port, like \"api.example.com\", \"127.0.0.1:8080\" or \"*.example.org\"";
         if text.is_empty() {
             return Err(format!("an entry is empty: {example}"));

@@ -19,11 +19,11 @@ pub(super) struct RawSubscription {
 
 /// A queue's subscription to a topic.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Subscription {
-    pub topic: String,
+pub(crate) struct Subscription {
+    pub(crate) topic: String,
     /// The routing-key pattern (`#`, every publish, when the sidecar gives
     /// none); `None` for the catch-all, which takes what no pattern matches.
-    pub pattern: Option<String>,
+    pub(crate) pattern: Option<String>,
 }
 
 pub(super) fn resolve(raw: Vec<RawSubscription>) -> Result<Vec<Subscription>> {

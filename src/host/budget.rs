@@ -16,13 +16,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// The longest log line kept, in bytes; the rest is cut with a marker.
-pub const MAX_LOG_LINE: usize = 8 << 10;
+pub(crate) const MAX_LOG_LINE: usize = 8 << 10;
 
-pub use crate::message::truncate;
+pub(crate) use crate::message::truncate;
 
 /// At most `rate` log lines a second for one handler version, with a burst
 /// of as many; counts what it turns away.
-pub struct LogLimiter {
+pub(crate) struct LogLimiter {
     rate: f64,
     /// Tokens left and when they were last topped up.
     bucket: Mutex<(f64, Instant)>,
@@ -31,7 +31,7 @@ pub struct LogLimiter {
 
 impl LogLimiter {
     /// A limiter of `rate` lines a second.
-    pub fn new(rate: u32) -> Self {
+    pub(crate) fn new(rate: u32) -> Self {
         let rate = f64::from(rate.max(1));
         LogLimiter {
             rate,
@@ -42,7 +42,7 @@ impl LogLimiter {
 
     /// Whether one more line may be written now; counts it as dropped if
     /// not, and says so in the log once for each run of drops.
-    pub fn admit(&self, handler: &str) -> bool {
+    pub(crate) fn admit(&self, handler: &str) -> bool {
         let mut bucket = self.bucket.lock().expect("log limiter lock");
         let (tokens, at) = &mut *bucket;
         let now = Instant::now();
@@ -58,7 +58,7 @@ impl LogLimiter {
     }
 
     /// Count a line that was not written (over the rate or the budget).
-    pub fn drop_one(&self, handler: &str) {
+    pub(crate) fn drop_one(&self, handler: &str) {
         let before = self.dropped.fetch_add(1, Ordering::Relaxed);
         if before.is_power_of_two() || before == 0 {
             tracing::warn!(
@@ -70,7 +70,7 @@ impl LogLimiter {
     }
 
     /// Lines dropped so far.
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
 }

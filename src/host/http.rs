@@ -25,14 +25,14 @@ use super::{HandlerContext, HostState};
 const REQUEST_GRACE: Duration = Duration::from_secs(1);
 
 /// Sends the requests one handler is granted and refuses the rest.
-pub struct Hooks {
+pub(crate) struct Hooks {
     handler: Arc<HandlerContext>,
     /// When the current call must have finished (copied from the store).
     deadline: Instant,
 }
 
 impl Hooks {
-    pub fn new(handler: Arc<HandlerContext>) -> Self {
+    pub(crate) fn new(handler: Arc<HandlerContext>) -> Self {
         Hooks {
             handler,
             deadline: Instant::now(),

@@ -13,9 +13,9 @@ use crate::units::format_size;
 use crate::wit::sluice::handler::kv::Host;
 
 /// The longest key, in bytes.
-pub const MAX_KV_KEY: usize = 1024;
+pub(crate) const MAX_KV_KEY: usize = 1024;
 /// The largest value, in bytes.
-pub const MAX_KV_VALUE: usize = 1 << 20;
+pub(crate) const MAX_KV_VALUE: usize = 1 << 20;
 
 impl HostState {
     /// The store for a call on `key`, or why the handler cannot have it.

@@ -12,13 +12,13 @@ use crate::units::format_size;
 #[derive(Debug, thiserror::Error)]
 #[error("memory limit of {} exceeded (asked for {})", format_size(*.cap), format_size(*.asked))]
 pub struct MemoryLimitHit {
-    pub cap: u64,
-    pub asked: u64,
+    pub(crate) cap: u64,
+    pub(crate) asked: u64,
 }
 
 /// Table elements all of a store's tables may hold together (a few bytes
 /// each).
-pub const MAX_TABLE_ELEMENTS: usize = 1_000_000;
+pub(crate) const MAX_TABLE_ELEMENTS: usize = 1_000_000;
 
 /// Caps the linear memory of a store at `cap` bytes, all memories together,
 /// and remembers a refusal.

@@ -21,57 +21,56 @@ use crate::config::Capabilities;
 use crate::message::Delivery;
 use crate::message::NewMessage;
 
-pub mod budget;
+pub(crate) mod budget;
 mod config;
 mod deadline;
 mod http;
 mod kv;
 mod lease;
-pub mod limits;
+pub(crate) mod limits;
 mod log;
 mod publish;
 mod stdio;
 mod v1;
 
 pub use deadline::Deadline;
-pub use kv::{MAX_KV_KEY, MAX_KV_VALUE};
-pub use limits::{MemoryLimitHit, MemoryLimiter};
+pub(crate) use limits::{MemoryLimitHit, MemoryLimiter};
 
 /// Most publishes one message may hold before its outcome (a batch call,
 /// this many for each of its messages).
-pub const MAX_HELD_PUBLISHES: usize = 1000;
+pub(crate) const MAX_HELD_PUBLISHES: usize = 1000;
 
 /// Facts about a handler that every one of its stores shares.
 pub struct HandlerContext {
-    pub name: String,
+    pub(crate) name: String,
     /// Content hash of the component, short form.
-    pub version: String,
-    pub config: BTreeMap<String, String>,
-    pub max_message_size: u64,
+    pub(crate) version: String,
+    pub(crate) config: BTreeMap<String, String>,
+    pub(crate) max_message_size: u64,
     /// What the sidecar grants.
-    pub capabilities: Capabilities,
+    pub(crate) capabilities: Capabilities,
     /// Where the key-value store lives; set only when `capabilities.kv`
     /// grants it and the host has a broker.
-    pub kv: Option<Arc<dyn KvStore>>,
+    pub(crate) kv: Option<Arc<dyn KvStore>>,
     /// Where topic bindings are looked up for `publish-to-topic`.
-    pub topics: Option<Arc<dyn TopicStore>>,
+    pub(crate) topics: Option<Arc<dyn TopicStore>>,
     /// Bytes one call may hand the host (see [`budget`]).
-    pub call_budget: u64,
+    pub(crate) call_budget: u64,
     /// The rate of its log lines, and the count of those dropped.
-    pub log: budget::LogLimiter,
+    pub(crate) log: budget::LogLimiter,
 }
 
 /// How many stores (handler instances) are alive, over every handler.
 #[derive(Clone, Default)]
-pub struct LiveCount(Arc<AtomicUsize>);
+pub(crate) struct LiveCount(Arc<AtomicUsize>);
 
 impl LiveCount {
-    pub fn get(&self) -> usize {
+    pub(crate) fn get(&self) -> usize {
         self.0.load(Ordering::Relaxed)
     }
 
     /// Count one more until the returned guard is dropped.
-    pub fn enter(&self) -> LiveInstance {
+    pub(crate) fn enter(&self) -> LiveInstance {
         self.0.fetch_add(1, Ordering::Relaxed);
         LiveInstance(self.0.clone())
     }

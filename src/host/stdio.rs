@@ -14,21 +14,21 @@ use super::budget::MAX_LOG_LINE;
 
 /// Which of a guest's output streams a [`LogStream`] carries.
 #[derive(Clone, Copy, Debug)]
-pub enum Stream {
+pub(crate) enum Stream {
     Stdout,
     Stderr,
 }
 
 /// A guest's stdout or stderr, written to the host's log line by line.
 #[derive(Clone)]
-pub struct LogStream {
+pub(crate) struct LogStream {
     handler: std::sync::Arc<HandlerContext>,
     stream: Stream,
 }
 
 impl LogStream {
     /// `handler`'s stream `stream`.
-    pub fn new(handler: std::sync::Arc<HandlerContext>, stream: Stream) -> Self {
+    pub(crate) fn new(handler: std::sync::Arc<HandlerContext>, stream: Stream) -> Self {
         LogStream { handler, stream }
     }
 }

@@ -3,7 +3,6 @@
 //! `invoke_batch` a batch, and says how it ended; neither fails the host.
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -25,12 +24,16 @@ use crate::policy::Outcome;
 /// Why an attempt failed without an outcome from the guest.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Failure {
+    /// The guest trapped (a panic, an unreachable, a bad access).
     #[error("trap: {0}")]
     Trap(String),
+    /// The call ran past its deadline.
     #[error("timeout: {0}")]
     Timeout(String),
+    /// The guest grew its memory past its cap.
     #[error("memory limit: {0}")]
     MemoryLimit(String),
+    /// No instance could be made for the call.
     #[error("instantiation failed: {0}")]
     Instantiate(String),
     /// The engine's pool had no room for another instance right now (only
@@ -56,9 +59,10 @@ impl Failure {
 /// How one call of `handle` ended, with the publishes it asked for.
 #[derive(Debug)]
 pub struct Invocation {
+    /// The guest's outcome, or why there was none.
     pub result: Result<Outcome, Failure>,
     /// Held publishes; empty unless the guest returned an outcome.
-    pub publishes: Vec<NewMessage>,
+    pub(crate) publishes: Vec<NewMessage>,
     /// How long making a fresh instance for the call took, if one was made.
     pub instantiate: Option<Duration>,
 }
@@ -78,10 +82,10 @@ impl Invocation {
 /// or the failure of the whole call.
 #[derive(Debug)]
 pub struct BatchInvocation {
-    pub result: Result<Vec<Outcome>, Failure>,
+    pub(crate) result: Result<Vec<Outcome>, Failure>,
     /// Held publishes; empty unless the guest returned its outcomes.
-    pub publishes: Vec<NewMessage>,
-    pub instantiate: Option<Duration>,
+    pub(crate) publishes: Vec<NewMessage>,
+    pub(crate) instantiate: Option<Duration>,
 }
 
 /// How a call on an instance ended.
@@ -95,10 +99,10 @@ struct Called {
 /// its instances ready for a message: warm ones in `reuse` mode, spare
 /// fresh ones in `fresh` mode. Shared by the worker's callers.
 pub struct Handler {
+    /// What its sidecar says.
     pub spec: HandlerSpec,
     /// Content hash of the component (first 16 hex digits of its SHA-256).
-    pub version: String,
-    pub source: PathBuf,
+    pub(crate) version: String,
     maker: Maker,
     warm: Mutex<Vec<Warm>>,
     spares: Spares,
@@ -110,7 +114,6 @@ impl Handler {
     pub fn new(
         runtime: &Runtime,
         spec: HandlerSpec,
-        source: PathBuf,
         version: String,
         pre: Pre,
         max_message_size: u64,
@@ -140,7 +143,6 @@ impl Handler {
             },
             spec,
             version,
-            source,
             warm: Mutex::new(Vec::new()),
             spares: Spares::new(spares),
         }
@@ -323,11 +325,13 @@ impl Handler {
     }
 
     /// Warm instances waiting in the pool (`reuse` mode).
+    #[cfg(any(test, feature = "testkit"))]
     pub fn warm_instances(&self) -> usize {
         self.warm.lock().expect("warm pool lock").len()
     }
 
     /// Spare fresh instances ready for a message (`fresh` mode).
+    #[cfg(any(test, feature = "testkit"))]
     pub fn spare_instances(&self) -> usize {
         self.spares.ready()
     }

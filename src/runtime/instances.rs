@@ -27,13 +27,13 @@ pub const SPARES_PER_HANDLER: usize = 4;
 
 /// Fresh instances kept ready over every handler of a host, at most: the
 /// engine's pool holds this many beyond the handlers' `concurrency`.
-pub const SPARE_INSTANCES: usize = 64;
+pub(crate) const SPARE_INSTANCES: usize = 64;
 
 /// An instance with its store, and how many calls it served.
 pub(super) struct Warm {
-    pub store: Store<HostState>,
-    pub instance: Instance,
-    pub uses: u32,
+    pub(crate) store: Store<HostState>,
+    pub(crate) instance: Instance,
+    pub(crate) uses: u32,
 }
 
 /// Why making an instance failed.
@@ -44,16 +44,16 @@ pub(super) enum Unmade {
 
 /// What it takes to make an instance of one handler version.
 pub(super) struct Maker {
-    pub runtime: Runtime,
-    pub pre: Pre,
-    pub context: Arc<HandlerContext>,
-    pub memory: u64,
-    pub timeout: Duration,
+    pub(crate) runtime: Runtime,
+    pub(crate) pre: Pre,
+    pub(crate) context: Arc<HandlerContext>,
+    pub(crate) memory: u64,
+    pub(crate) timeout: Duration,
 }
 
 impl Maker {
     /// A new instance, made by `deadline`.
-    pub async fn make(&self, deadline: &Deadline) -> Result<Warm, Unmade> {
+    pub(crate) async fn make(&self, deadline: &Deadline) -> Result<Warm, Unmade> {
         let mut store = self.new_store(deadline);
         match super::handler::by_deadline(deadline, self.pre.instantiate(&mut store)).await {
             Ok(Ok(instance)) => Ok(Warm {
@@ -93,9 +93,9 @@ impl Maker {
 
 /// A fresh instance made ahead of a message: never called.
 pub(super) struct Spare {
-    pub warm: Warm,
+    pub(crate) warm: Warm,
     /// How long making it took.
-    pub took: Duration,
+    pub(crate) took: Duration,
     _slot: Counted,
 }
 
@@ -118,7 +118,7 @@ pub(super) struct Spares {
 
 impl Spares {
     /// Up to `target` spares, none made yet.
-    pub fn new(target: usize) -> Self {
+    pub(crate) fn new(target: usize) -> Self {
         Spares {
             ready: Mutex::new(Vec::new()),
             used: Mutex::new(Vec::new()),
@@ -129,17 +129,18 @@ impl Spares {
     }
 
     /// A spare, if one is ready.
-    pub fn take(&self) -> Option<Spare> {
+    pub(crate) fn take(&self) -> Option<Spare> {
         self.ready.lock().expect("spares lock").pop()
     }
 
     /// Spares ready now.
-    pub fn ready(&self) -> usize {
+    #[cfg(any(test, feature = "testkit"))]
+    pub(crate) fn ready(&self) -> usize {
         self.ready.lock().expect("spares lock").len()
     }
 
     /// Make none any more, and drop those ready and those used.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::SeqCst);
         let ready = std::mem::take(&mut *self.ready.lock().expect("spares lock"));
         let used = std::mem::take(&mut *self.used.lock().expect("spares lock"));
@@ -148,7 +149,7 @@ impl Spares {
 
     /// Keep `used` for the next [`Spares::tidy`] to drop, off the message
     /// path; while `target` wait already (nobody tidies), drop it now.
-    pub fn put_used(&self, used: Warm) {
+    pub(crate) fn put_used(&self, used: Warm) {
         let mut waiting = self.used.lock().expect("spares lock");
         if waiting.len() < self.target.max(1) && !self.stopped.load(Ordering::SeqCst) {
             waiting.push(used);
@@ -160,7 +161,7 @@ impl Spares {
 
     /// Drop the used instances (resetting their memory), then make spares
     /// until `target` are ready or being made, as far as the host has room.
-    pub async fn tidy(&self, maker: &Maker) {
+    pub(crate) async fn tidy(&self, maker: &Maker) {
         let used = std::mem::take(&mut *self.used.lock().expect("spares lock"));
         drop(used);
         while let Some((slot, making)) = self.reserve(&maker.runtime) {

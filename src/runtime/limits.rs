@@ -9,21 +9,21 @@ use std::time::Duration;
 use wasmtime::Engine;
 
 /// How often the engine's epoch advances; the granularity of timeouts.
-pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 /// A guest ran past the handler's timeout.
 #[derive(Debug, thiserror::Error)]
 #[error("timed out after {}", humantime::format_duration(*.0))]
-pub struct TimedOut(pub Duration);
+pub(crate) struct TimedOut(pub Duration);
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] until dropped.
-pub struct EpochTicker {
+pub(crate) struct EpochTicker {
     stop: Arc<AtomicBool>,
 }
 
 impl EpochTicker {
     /// Start the ticker thread for `engine`.
-    pub fn start(engine: Engine) -> Self {
+    pub(crate) fn start(engine: Engine) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         std::thread::Builder::new()

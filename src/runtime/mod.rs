@@ -16,23 +16,26 @@ use wasmtime::{
 use crate::host::{HostState, LiveCount, LiveInstance};
 use crate::wit;
 
-pub mod handler;
+pub(crate) mod handler;
 mod instances;
-pub mod limits;
+pub(crate) mod limits;
 mod world;
 
 pub use crate::host::Deadline;
-pub use handler::{BatchInvocation, Failure, Handler, Invocation};
-pub use instances::{SPARE_INSTANCES, SPARES_PER_HANDLER};
-pub use world::{Pre, World};
+pub(crate) use handler::BatchInvocation;
+pub use handler::{Failure, Handler, Invocation};
+pub(crate) use instances::SPARE_INSTANCES;
+#[cfg(any(test, feature = "testkit"))]
+pub use instances::SPARES_PER_HANDLER;
+pub(crate) use world::{Pre, World};
 
 /// The largest memory cap a handler may ask for.
-pub const MAX_HANDLER_MEMORY: u64 = crate::config::bounds::MEMORY.1;
+pub(crate) const MAX_HANDLER_MEMORY: u64 = crate::config::bounds::MEMORY.1;
 
 /// Component instances (and fiber stacks) in the engine's pool: the sum of
 /// the `concurrency` of every handler a host serves must fit, and the
 /// registry refuses a handler that would not.
-pub const POOL_INSTANCES: usize = crate::config::bounds::CONCURRENCY.1;
+pub(crate) const POOL_INSTANCES: usize = crate::config::bounds::CONCURRENCY.1;
 
 /// Engine, linker and epoch ticker, shared by every handler.
 #[derive(Clone)]

@@ -32,7 +32,7 @@ pub const DEFAULT_BROKER_TIMEOUT: Duration = Duration::from_secs(10);
 /// When a worker's work last moved, and what it is waiting on: read by the
 /// stall watchdog.
 #[derive(Debug)]
-pub struct Progress {
+pub(crate) struct Progress {
     /// When a receive last leased something, or a settle or an extension
     /// last succeeded (or the worker started).
     moved: Mutex<Instant>,
@@ -56,7 +56,7 @@ impl Default for Progress {
 
 impl Progress {
     /// How long since the work last moved.
-    pub fn still_for(&self) -> Duration {
+    pub(crate) fn still_for(&self) -> Duration {
         self.moved.lock().expect("progress lock").elapsed()
     }
 
@@ -66,7 +66,7 @@ impl Progress {
 
     /// What the worker waits on, in words: the longest broker call under
     /// way, else the last one that failed.
-    pub fn waiting_on(&self) -> String {
+    pub(crate) fn waiting_on(&self) -> String {
         let oldest = self
             .under_way
             .lock()
@@ -110,7 +110,7 @@ impl Drop for UnderWay<'_> {
 }
 
 /// A queue whose calls are bounded: see the module.
-pub struct Bounded {
+pub(crate) struct Bounded {
     inner: Arc<dyn Queue>,
     bound: Duration,
     queue: String,
@@ -120,7 +120,7 @@ pub struct Bounded {
 impl Bounded {
     /// `inner`, each call of the worker of `queue` bounded by `bound`, its
     /// progress kept in `stats`.
-    pub fn wrap(
+    pub(crate) fn wrap(
         inner: Arc<dyn Queue>,
         stats: &Arc<WorkerStats>,
         queue: &str,

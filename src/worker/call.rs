@@ -21,25 +21,25 @@ const POOL_FULL_DELAY: Duration = Duration::from_millis(100);
 
 /// What each of the worker's callers works with.
 pub(super) struct Caller {
-    pub jobs: Jobs,
-    pub broker: Arc<dyn Queue>,
-    pub dispatch: Arc<dyn Dispatch>,
-    pub spec: Arc<HandlerSpec>,
-    pub observe: Observe,
-    pub settle_tx: mpsc::UnboundedSender<Settled>,
-    pub stop: watch::Receiver<bool>,
-    pub stats: Arc<WorkerStats>,
+    pub(crate) jobs: Jobs,
+    pub(crate) broker: Arc<dyn Queue>,
+    pub(crate) dispatch: Arc<dyn Dispatch>,
+    pub(crate) spec: Arc<HandlerSpec>,
+    pub(crate) observe: Observe,
+    pub(crate) settle_tx: mpsc::UnboundedSender<Settled>,
+    pub(crate) stop: watch::Receiver<bool>,
+    pub(crate) stats: Arc<WorkerStats>,
 }
 
 impl Caller {
     /// Whether the worker is stopping: what is prefetched but not started
     /// goes back at once, without spending an attempt.
-    pub fn stopping(&self) -> bool {
+    pub(crate) fn stopping(&self) -> bool {
         *self.stop.borrow()
     }
 
     /// Pass a settlement on to the settler.
-    pub fn settled(&self, settlement: Settlement, permit: OwnedSemaphorePermit) {
+    pub(crate) fn settled(&self, settlement: Settlement, permit: OwnedSemaphorePermit) {
         let _ = self.settle_tx.send((settlement, permit));
     }
 }
@@ -133,7 +133,7 @@ pub(super) fn span_outcome(result: &Result<Outcome, Failure>) -> (&'static str, 
 }
 
 /// The one place where an attempt's ending becomes a settlement.
-pub fn settlement_for(
+pub(crate) fn settlement_for(
     delivery: Delivery,
     invocation: Invocation,
     spec: &HandlerSpec,
@@ -255,7 +255,7 @@ pub(super) fn dead(
 /// A configured header or JSON pointer that is missing falls back to the
 /// message's own key. A NUL character in the value read is taken as U+FFFD
 /// on every broker (PostgreSQL's text cannot hold one).
-pub fn idempotency_key(delivery: &Delivery, spec: &HandlerSpec) -> Option<String> {
+pub(crate) fn idempotency_key(delivery: &Delivery, spec: &HandlerSpec) -> Option<String> {
     if !spec.idempotency.enabled {
         return None;
     }

@@ -29,7 +29,7 @@ pub(super) struct Leases<'a> {
 
 impl<'a> Leases<'a> {
     /// The leases of `deliveries`, which hold `keys` (one each).
-    pub fn of(deliveries: &'a [Delivery], keys: &'a [Option<String>]) -> Self {
+    pub(crate) fn of(deliveries: &'a [Delivery], keys: &'a [Option<String>]) -> Self {
         Leases {
             deliveries,
             keys,
@@ -41,7 +41,7 @@ impl<'a> Leases<'a> {
     /// for settling) would outlast them, and say when each lease ends now
     /// (see [`renewed`]). Most calls end in their first poll, and cost
     /// nothing more.
-    pub async fn keep<F: Future>(
+    pub(crate) async fn keep<F: Future>(
         mut self,
         call: F,
         deadline: &Deadline,

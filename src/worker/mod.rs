@@ -11,7 +11,8 @@
 //! 4. the settler ([`settle`]) writes outcomes back in batches.
 //!
 //! Every way an attempt can end is turned into a broker [`Settlement`] in one
-//! place, [`settlement_for`], from the pure decision in [`crate::policy`].
+//! place, [`settlement_for`](call::settlement_for), from the pure decision
+//! in [`crate::policy`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +30,8 @@ use crate::metrics::HandlerMetrics;
 use crate::pause::Paused;
 use crate::runtime::{BatchInvocation, Deadline, Handler, Invocation};
 use crate::trace::Exporter;
-pub use bounded::{DEFAULT_BROKER_TIMEOUT, Progress};
+pub use bounded::DEFAULT_BROKER_TIMEOUT;
+pub(crate) use bounded::Progress;
 
 mod admit;
 mod batch;
@@ -39,8 +41,7 @@ mod keep;
 mod settle;
 mod supervise;
 
-pub use call::{idempotency_key, settlement_for};
-pub use supervise::supervise;
+pub(crate) use supervise::supervise;
 
 /// Longest pause between polls of an empty queue.
 const MAX_IDLE_POLL: Duration = Duration::from_millis(50);
@@ -119,18 +120,19 @@ impl Dispatch for Handler {
 #[derive(Debug, Default)]
 pub struct WorkerStats {
     /// Deliveries in a handler call now.
-    pub calling: AtomicU64,
+    pub(crate) calling: AtomicU64,
     /// Callers in a handler call now (a batch is one).
-    pub busy_callers: AtomicU64,
+    pub(crate) busy_callers: AtomicU64,
     /// When its work last moved, and the broker calls under way.
-    pub progress: Progress,
+    pub(crate) progress: Progress,
     /// Deliveries leased and not yet settled.
-    pub in_flight: AtomicU64,
+    pub(crate) in_flight: AtomicU64,
+    /// Deliveries whose settlement was written, since the worker started.
     pub handled: AtomicU64,
     /// Times the worker died and was started again.
-    pub restarts: AtomicU64,
+    pub(crate) restarts: AtomicU64,
     /// Why it died last.
-    pub last_failure: std::sync::Mutex<Option<String>>,
+    pub(crate) last_failure: std::sync::Mutex<Option<String>>,
 }
 
 /// What a worker reports to, and is steered by, besides its broker.
@@ -144,12 +146,13 @@ pub struct Observe {
     /// Whether its queue is paused.
     pub paused: Paused,
     /// The longest it waits for one broker call (`broker_timeout`), never
-    /// longer than the queue's lease: see [`bounded`].
+    /// longer than the queue's lease: see `bounded.rs`.
     pub broker_timeout: Duration,
 }
 
 impl Observe {
     /// No metrics, no export, never paused.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn none(queue: &str) -> Self {
         Observe {
             metrics: None,
@@ -162,11 +165,16 @@ impl Observe {
 
 /// The dispatch loop of one queue for one handler version: see the module.
 pub struct QueueWorker {
-    pub broker: Arc<dyn Queue>,
-    pub dispatch: Arc<dyn Dispatch>,
-    pub spec: Arc<HandlerSpec>,
+    /// Where the queue is.
+    pub(crate) broker: Arc<dyn Queue>,
+    /// What handles each delivery.
+    pub(crate) dispatch: Arc<dyn Dispatch>,
+    /// The handler's settings: queue, concurrency, prefetch, policy.
+    pub(crate) spec: Arc<HandlerSpec>,
+    /// Counts the worker keeps as it runs.
     pub stats: Arc<WorkerStats>,
-    pub observe: Observe,
+    /// Metrics, spans, pauses and the broker call bound.
+    pub(crate) observe: Observe,
 }
 
 /// A settlement and the prefetch permit its delivery holds until it is written.
@@ -191,6 +199,8 @@ type Job = (Delivery, Option<String>, OwnedSemaphorePermit);
 type Jobs = Arc<Mutex<mpsc::UnboundedReceiver<Job>>>;
 
 impl QueueWorker {
+    /// A worker for `spec`'s queue, observed by nothing.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn new(broker: Arc<dyn Queue>, dispatch: Arc<dyn Dispatch>, spec: HandlerSpec) -> Self {
         QueueWorker {
             broker,
@@ -202,6 +212,7 @@ impl QueueWorker {
     }
 
     /// The worker, reporting to and steered by `observe`.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn with_observe(mut self, observe: Observe) -> Self {
         self.observe = observe;
         self
@@ -213,7 +224,7 @@ impl QueueWorker {
     ///
     /// Panics when one of its stages (settler, callers, admitter) dies while
     /// it serves, with that stage's panic: a worker missing a stage would
-    /// wedge its queue without a word. [`supervise`] starts a new one.
+    /// wedge its queue without a word. `supervise` starts a new one.
     pub async fn serve(mut self, mut stop: watch::Receiver<bool>, grace: Duration) {
         let spec = self.spec.clone();
         let bound = self.observe.broker_timeout.min(spec.lease);

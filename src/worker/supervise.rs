@@ -20,7 +20,7 @@ const MAX_PAUSE: Duration = Duration::from_secs(30);
 
 /// Serve `spec.queue` with `dispatch` until `stop` turns true (see
 /// [`QueueWorker::serve`]), starting a new worker whenever one dies.
-pub async fn supervise(
+pub(crate) async fn supervise(
     broker: Arc<dyn Queue>,
     dispatch: Arc<dyn Dispatch>,
     spec: HandlerSpec,

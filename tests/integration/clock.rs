@@ -1,8 +1,9 @@
 //! Hosts in the test process on a clock that stands still until the test
-//! moves it on (`sluice::app::run_with_clock`). Every loop of a host that runs on the clock (the
-//! redrive scheduler and the schedules' ticker) sleeps on it between
-//! passes, and the clock counts those sleeps: once every loop has gone to
-//! sleep again after a move, the passes the move woke are over.
+//! moves it on (`sluice::testkit::app::run_with_clock`). Every loop of a
+//! host that runs on the clock (the redrive scheduler and the schedules'
+//! ticker) sleeps on it between passes, and the clock counts those sleeps:
+//! once every loop has gone to sleep again after a move, the passes the
+//! move woke are over.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sluice::broker::Broker;
-use sluice::message::{DEFAULT_MAX_MESSAGE_SIZE, now_ms};
-use sluice::redrive::Clock;
+use sluice::broker::message::{DEFAULT_MAX_MESSAGE_SIZE, now_ms};
+use sluice::testkit::redrive::Clock;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
@@ -88,12 +89,12 @@ impl Host {
     /// Serve `env`'s handlers through `broker` on `clock`, without a
     /// compiled cache, a watcher or the admin endpoint.
     pub fn start(env: &Env, broker: Arc<dyn Broker>, clock: &Arc<TestClock>) -> Host {
-        let options = sluice::app::RunOptions {
+        let options = sluice::RunOptions {
             handlers: env.handlers.clone(),
             until_idle: false,
             grace: Duration::from_secs(5),
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
-            max_component_size: sluice::files::DEFAULT_MAX_COMPONENT_SIZE,
+            max_component_size: sluice::testkit::files::DEFAULT_MAX_COMPONENT_SIZE,
             cache: None,
             watch: false,
             admin: None,
@@ -103,7 +104,7 @@ impl Host {
             exit_on_stall: false,
         };
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(sluice::app::run_with_clock(
+        let task = tokio::spawn(sluice::testkit::app::run_with_clock(
             broker,
             options,
             async move {

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sluice::config::{HandlerSpec, HostConfig};
+use sluice::testkit::config::{HandlerSpec, HostConfig};
 
 fn corpus(part: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -96,10 +96,10 @@ fn the_corpus_of_names_is_judged_as_each_line_says() {
             parts.next().unwrap_or_default(),
         );
         let got = match kind {
-            "queue" => sluice::message::validate_queue_name(name),
-            "topic" => sluice::topic::validate_topic_name(name),
-            "route" => sluice::topic::validate_route(name),
-            "pattern" => sluice::topic::validate_pattern(name),
+            "queue" => sluice::broker::message::validate_queue_name(name),
+            "topic" => sluice::broker::topic::validate_topic_name(name),
+            "route" => sluice::broker::topic::validate_route(name),
+            "pattern" => sluice::broker::topic::validate_pattern(name),
             other => panic!("{line:?}: unknown kind {other}"),
         };
         match verdict {
@@ -119,7 +119,7 @@ fn the_corpus_of_names_is_judged_as_each_line_says() {
 
 #[test]
 fn the_corpus_of_stored_headers_decodes_and_encodes_back() {
-    use sluice::broker::codec::{decode_headers, encode_headers};
+    use sluice_broker::testkit::codec::{decode_headers, encode_headers};
 
     let text = std::fs::read_to_string(corpus("stored-headers.txt")).unwrap();
     let corpus: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("> ")).collect();

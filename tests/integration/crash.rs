@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use sluice::message::NewMessage;
+use sluice::broker::message::NewMessage;
 
 use crate::support::Env;
 

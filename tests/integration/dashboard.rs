@@ -271,7 +271,7 @@ fn a_dead_letter_replayed_from_the_dashboard_is_handled() {
 /// The content hash of the hello guest, as the host names its version.
 fn hello_version() -> String {
     let bytes = std::fs::read(crate::support::guest("hello")).unwrap();
-    sluice::loader::content_hash(&bytes)
+    sluice::testkit::loader::content_hash(&bytes)
 }
 
 /// A page served from another origin (another loopback port) tries what

@@ -16,12 +16,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::json;
-use sluice::client::{Client, PublishError, PublishOptions};
-use sluice::message::{DEFAULT_MAX_MESSAGE_SIZE, MAX_DELAY, MAX_HEADERS, MAX_KEY};
+use sluice::broker::client::{Client, PublishError, PublishOptions};
+use sluice::broker::message::{DEFAULT_MAX_MESSAGE_SIZE, MAX_DELAY, MAX_HEADERS, MAX_KEY};
+use sluice_broker::testkit::PgServer;
 use tokio::runtime::Runtime;
 use tokio_postgres::NoTls;
 
-use crate::pg_support::PgServer;
 use crate::support::Env;
 
 mod fuzz;

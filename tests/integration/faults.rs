@@ -8,9 +8,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use sluice::message::NewMessage;
+use sluice::broker::message::NewMessage;
+use sluice_broker::testkit::RedisCluster;
 
-use crate::redis_support::RedisCluster;
 use crate::support::{Backend, Env, wait_until};
 
 const MESSAGES: usize = 3000;

@@ -135,7 +135,7 @@ fn a_guest_waiting_in_the_host_is_timed_out_too() {
 fn a_busy_handler_cannot_take_another_handlers_instances() {
     use std::time::Duration;
 
-    use sluice::message::NewMessage;
+    use sluice::broker::message::NewMessage;
 
     let env = Env::new();
     env.deploy("hello", "hello", Some("[retry]\nmax_attempts = 1\n"));
@@ -216,7 +216,7 @@ const HOSTILE_PEAK_RSS_MIB: u64 = 192;
 fn a_guest_cannot_make_the_host_allocate_beyond_its_limits(env: Env) {
     use std::time::Duration;
 
-    use sluice::message::NewMessage;
+    use sluice::broker::message::NewMessage;
 
     env.deploy(
         "hostile_host",
@@ -344,7 +344,7 @@ fn a_guest_cannot_make_the_host_allocate_beyond_its_limits(env: Env) {
 /// from a header that holds one is taken with U+FFFD. Each message settles
 /// at once rather than being refused by the broker and delivered again.
 fn text_with_a_nul_reaches_no_broker_as_it_is(env: Env) {
-    use sluice::message::NewMessage;
+    use sluice::broker::message::NewMessage;
 
     env.deploy(
         "hostile_host",

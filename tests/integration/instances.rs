@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice::policy::Outcome;
-use sluice::runtime::{Deadline, Failure, Handler, Runtime, SPARES_PER_HANDLER};
+use sluice::broker::policy::Outcome;
+use sluice::testkit::runtime::{Deadline, Failure, Handler, Runtime, SPARES_PER_HANDLER};
 
 use crate::support::{delivery, guest};
 
@@ -15,8 +15,8 @@ fn load_with(runtime: &Runtime, dir: &std::path::Path, sidecar: &str) -> Arc<Han
     let wasm = dir.join("spare.wasm");
     std::fs::copy(guest("hello"), &wasm).unwrap();
     std::fs::write(dir.join("spare.toml"), sidecar).unwrap();
-    let cache = sluice::cache::CompileCache::in_memory(runtime);
-    Arc::new(sluice::loader::load_file(runtime, &cache, "spare", &wasm, 1 << 20).unwrap())
+    let cache = sluice::testkit::cache::CompileCache::in_memory(runtime);
+    Arc::new(sluice::testkit::loader::load_file(runtime, &cache, "spare", &wasm, 1 << 20).unwrap())
 }
 
 /// `hello` loaded in fresh mode with `concurrency`.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sluice::broker::{KvStore, Result as BrokerResult};
-use sluice::runtime::{Deadline, Failure, Runtime};
+use sluice::testkit::runtime::{Deadline, Failure, Runtime};
 
 use crate::support::{Env, delivery, guest, lines_with};
 
@@ -103,7 +103,10 @@ fn kv_limits_are_errors_the_guest_sees(env: Env) {
         .map(|(p, _)| env.send("kv_a", p, &[]))
         .collect();
     // A NUL cannot be passed on a command line.
-    env.publish(vec![sluice::message::NewMessage::new("kv_a", "set a\0b v")]);
+    env.publish(vec![sluice::broker::message::NewMessage::new(
+        "kv_a",
+        "set a\0b v",
+    )]);
     env.run_until_idle();
     let nul = ": a key-value key must not hold a NUL character: \"a\\0b\"";
     assert!(
@@ -177,8 +180,8 @@ fn kv_call_stuck_in_the_host_times_out() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let runtime = Runtime::new().unwrap();
-        let cache = sluice::cache::CompileCache::in_memory(&runtime);
-        let handler = sluice::loader::load_file(&runtime, &cache, "kv_a", &wasm, 1 << 20)
+        let cache = sluice::testkit::cache::CompileCache::in_memory(&runtime);
+        let handler = sluice::testkit::loader::load_file(&runtime, &cache, "kv_a", &wasm, 1 << 20)
             .unwrap()
             .with_kv(Arc::new(Stuck));
         for payload in ["get k", "incr n 1"] {

@@ -10,7 +10,8 @@ use std::path::Path;
 use std::process::Child;
 use std::time::Duration;
 
-use crate::redis_support::RedisCluster;
+use sluice_broker::testkit::RedisCluster;
+
 use crate::support::{Backend, Env, wait_until};
 
 const MESSAGES: usize = 60;
@@ -47,7 +48,7 @@ fn no_message_is_handled_twice_at_once(env: Env) {
     );
     env.publish(
         (0..MESSAGES)
-            .map(|i| sluice::message::NewMessage::new("sleepy", i.to_string()))
+            .map(|i| sluice::broker::message::NewMessage::new("sleepy", i.to_string()))
             .collect(),
     );
     let logs = [

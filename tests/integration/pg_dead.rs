@@ -7,13 +7,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice::broker::message::{Delivery, NewMessage};
 use sluice::broker::{
     DeadLetters, Flow, HandlerStatus, PgBroker, Presence, Queue, QueueStats, ReplaySelector,
     Settlement,
 };
-use sluice::message::{Delivery, NewMessage};
-
-use crate::pg_support::PgServer;
+use sluice_broker::testkit::PgServer;
 
 const LEASE: Duration = Duration::from_secs(30);
 

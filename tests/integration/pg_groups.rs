@@ -8,11 +8,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use sluice::broker::message::NewMessage;
 use sluice::broker::{Flow, GroupSource, OrderedGroups, PgBroker, Queue, Settlement};
-use sluice::message::NewMessage;
+use sluice_broker::testkit::PgServer;
 use tokio_postgres::NoTls;
-
-use crate::pg_support::PgServer;
 
 const LEASE: Duration = Duration::from_secs(30);
 

@@ -7,10 +7,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice::broker::message::{Delivery, NewMessage};
 use sluice::broker::{BrokerError, Flow, KvStore, PgBroker, Queue, Schedules, Tick};
-use sluice::message::{Delivery, NewMessage};
-
-use crate::pg_support::PgServer;
+use sluice_broker::testkit::PgServer;
 
 /// A server and a broker connected to it.
 async fn broker() -> (PgServer, Arc<PgBroker>) {

@@ -1,17 +1,17 @@
 //! The PostgreSQL broker's own tests, on servers of their own
-//! (`pg_support`): the harness itself, the schema and its migrations,
-//! connection errors and TLS, the queue role's SQL, and enqueue inside the
-//! caller's transactions. (Its semantics are the conformance suite's; many
-//! hosts and a restarted server: `scale`.)
+//! (`sluice_broker::testkit::PgServer`): the harness itself, the schema and
+//! its migrations, connection errors and TLS, the queue role's SQL, and
+//! enqueue inside the caller's transactions. (Its semantics are the
+//! conformance suite's; many hosts and a restarted server: `scale`.)
 
 use std::time::{Duration, Instant};
 
-use sluice::broker::codec::lease_expired;
+use sluice::broker::message::NewMessage;
 use sluice::broker::{ClaimState, Flow, KeyClaim, Lease, PgBroker, Queue, Settlement};
-use sluice::message::NewMessage;
+use sluice_broker::testkit::PgServer;
+use sluice_broker::testkit::codec::lease_expired;
 use tokio_postgres::{Client, NoTls};
 
-use crate::pg_support::PgServer;
 use crate::support::Env;
 
 /// How long a test waits to connect; a server that is not there must fail
@@ -225,7 +225,7 @@ async fn a_version_1_schema_is_upgraded_in_place_and_its_leases_still_settle() {
                 receipt = substr(md5(random()::text || seq::text), 1, 16)",
     );
     let rows = server.psql("SELECT id, receipt FROM sluice.messages ORDER BY seq");
-    let old: Vec<sluice::message::Delivery> = rows
+    let old: Vec<sluice::broker::message::Delivery> = rows
         .lines()
         .map(|row| {
             let (id, receipt) = row.split_once('|').unwrap();
@@ -250,7 +250,7 @@ async fn a_version_1_schema_is_upgraded_in_place_and_its_leases_still_settle() {
         "0",
         "messages.id has no index of its own"
     );
-    let lease_of = |d: &sluice::message::Delivery, receipt: &str| Lease {
+    let lease_of = |d: &sluice::broker::message::Delivery, receipt: &str| Lease {
         id: d.id.clone(),
         receipt: receipt.into(),
         key: None,
@@ -264,7 +264,7 @@ async fn a_version_1_schema_is_upgraded_in_place_and_its_leases_still_settle() {
         .await
         .unwrap();
     assert_eq!(held, [true, false]);
-    let done = |d: &sluice::message::Delivery| Settlement::Done {
+    let done = |d: &sluice::broker::message::Delivery| Settlement::Done {
         delivery: d.clone(),
         key: Some((d.key.clone(), Duration::from_secs(60))),
         publishes: Vec::new(),
@@ -505,7 +505,7 @@ async fn an_expired_lease_delivers_again_and_the_late_ack_is_refused() {
     assert_eq!(second[0].attempt, 2);
     assert_eq!(second[0].last_error, Some(lease_expired(1)));
     // The first delivery's late ack is refused; the second's applies.
-    let done = |d: &sluice::message::Delivery| Settlement::Done {
+    let done = |d: &sluice::broker::message::Delivery| Settlement::Done {
         delivery: d.clone(),
         key: None,
         publishes: Vec::new(),
@@ -906,7 +906,7 @@ fn client_publish_in_a_transaction_commits_or_rolls_back_with_it() {
     env.deploy("hello", "hello", None);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let published = rt.block_on(async {
-        let sluice = sluice::client::Client::connect(&env.broker_url())
+        let sluice = sluice::broker::client::Client::connect(&env.broker_url())
             .await
             .unwrap();
         let mut db = connect(&env.broker_url()).await;
@@ -934,7 +934,7 @@ fn client_publish_in_a_transaction_commits_or_rolls_back_with_it() {
         let rows = db.query("SELECT id FROM shop_orders", &[]).await.unwrap();
         assert_eq!(rows.len(), 1, "only the committed order is there");
         // A client of another broker cannot, and says why.
-        let sqlite = sluice::client::Client::connect(&format!(
+        let sqlite = sluice::broker::client::Client::connect(&format!(
             "sqlite://{}",
             env.dir.path().join("other.db").display()
         ))

@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use sluice::message::NewMessage;
+use sluice::broker::message::NewMessage;
+use sluice_broker::testkit::{RedisCluster, RedisServer};
 
-use crate::redis_support::{RedisCluster, RedisServer};
 use crate::scale::stop;
 use crate::support::{Backend, Env, wait_until};
 

@@ -1,12 +1,13 @@
 //! Dead letters going back to their queue: on a handler's schedule
-//! (`[retry] redrive_every`, `max_redrives`), through `sluice::app` with a
-//! real guest and a clock the test moves on; and by hand, through the
-//! binary's `dlq replay` options. On every broker.
+//! (`[retry] redrive_every`, `max_redrives`), through a host run by
+//! `sluice::testkit::app::run_with_clock` with a real guest and a clock the
+//! test moves on; and by hand, through the binary's `dlq replay` options.
+//! On every broker.
 
 use std::time::{Duration, Instant};
 
+use sluice::broker::message::{NewMessage, now_ms};
 use sluice::broker::{Broker, DeadLetter};
-use sluice::message::{NewMessage, now_ms};
 
 use crate::clock::{Host, TestClock};
 use crate::support::Env;

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use sluice::message::NewMessage;
+use sluice::broker::message::NewMessage;
 
 use crate::support::{Env, guest, lines_with, wait_until};
 
@@ -38,7 +38,7 @@ fn variant(bytes: &[u8], tag: &str, pad: usize) -> Vec<u8> {
 }
 
 fn version_of(bytes: &[u8]) -> String {
-    sluice::loader::content_hash(bytes)
+    sluice::testkit::loader::content_hash(bytes)
 }
 
 /// Deploy the safe way: write aside, then rename into place.

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use sluice::message::NewMessage;
+use sluice::broker::message::NewMessage;
+use sluice_broker::testkit::RedisServer;
 
-use crate::redis_support::RedisServer;
 use crate::support::{Backend, Env, lines_with, wait_until};
 
 /// An `orders` handler that takes about 1 ms per message, so a drain can be

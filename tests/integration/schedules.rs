@@ -1,11 +1,12 @@
-//! Cron schedules through `sluice::app`: hosts on a clock the test moves
-//! on, with a real guest handling what the ticks publish. On every broker.
+//! Cron schedules through hosts run by
+//! `sluice::testkit::app::run_with_clock`: on a clock the test moves on,
+//! with a real guest handling what the ticks publish. On every broker.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice::broker::Broker;
-use sluice::redrive::Clock;
+use sluice::testkit::redrive::Clock;
 
 use crate::clock::{HOST_LOOPS, Host, TestClock};
 use crate::support::Env;
@@ -98,9 +99,9 @@ fn twenty_ticks_on_three_hosts_publish_twenty_messages(env: Env) {
         }
         done(&*broker, "reports", 20).await;
         assert_eq!(last_tick(&*broker).await, minute_of(seen + 20 * 60_000));
-        let now = sluice::message::now_ms();
+        let now = sluice::broker::message::now_ms();
         let reported = sluice::broker::fresh_statuses(&*broker, now).await.unwrap();
-        let views = sluice::schedule::overview(&*broker, &reported, now)
+        let views = sluice::testkit::schedule::overview(&*broker, &reported, now)
             .await
             .unwrap();
         let [view] = &views[..] else {
@@ -135,11 +136,11 @@ fn twenty_ticks_on_three_hosts_publish_twenty_messages(env: Env) {
         .find(|l| l.starts_with("reports") && l.contains("minutely"))
         .unwrap_or_else(|| panic!("no schedule row in:\n{stats}"));
     assert!(
-        row.contains("* * * * *") && row.contains(&sluice::schedule::rfc3339(last)),
+        row.contains("* * * * *") && row.contains(&sluice::testkit::schedule::rfc3339(last)),
         "{row}"
     );
     assert!(
-        row.contains(&sluice::schedule::rfc3339(last + 60_000)),
+        row.contains(&sluice::testkit::schedule::rfc3339(last + 60_000)),
         "next tick: {row}"
     );
 }

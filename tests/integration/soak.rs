@@ -22,10 +22,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use sluice::message::NewMessage;
+use sluice::broker::message::NewMessage;
+use sluice_broker::testkit::RedisServer;
 
 use crate::proxy::Proxy;
-use crate::redis_support::RedisServer;
 use crate::support::{Backend, Env, guest, repo_root, wait_until};
 
 /// Orders that take about a millisecond, with follow-ups in `shipping`.

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use sluice::broker::message::NewMessage;
 use sluice::broker::{Broker, SqliteBroker};
-use sluice::message::NewMessage;
 
 /// Rows in the large file: large enough that a count over the table takes
 /// a while, small enough to build in a few seconds.

@@ -9,7 +9,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use sluice::message::NewMessage;
+use sluice::broker::message::NewMessage;
 
 use crate::proxy::Proxy;
 use crate::support::{Env, Killed, wait_until};

@@ -7,9 +7,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
-use crate::pg_support::PgServer;
-use crate::redis_support::{RedisCluster, RedisServer};
+use sluice_broker::testkit::{PgServer, RedisCluster, RedisServer};
 
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -18,8 +16,8 @@ pub fn repo_root() -> PathBuf {
 /// A first delivery of `payload` on `queue`, with message number `n` as its
 /// id and key, as a host hands it to a handler (for tests that call a
 /// handler directly).
-pub fn delivery(queue: &str, n: usize, payload: &str) -> sluice::message::Delivery {
-    sluice::message::Delivery {
+pub fn delivery(queue: &str, n: usize, payload: &str) -> sluice::broker::message::Delivery {
+    sluice::broker::message::Delivery {
         id: format!("{n:032x}"),
         queue: queue.into(),
         key: format!("{n:032x}"),
@@ -259,7 +257,7 @@ impl Env {
     }
 
     /// Every ready message of `queue`, leased for a minute.
-    pub fn drain(&self, queue: &str) -> Vec<sluice::message::Delivery> {
+    pub fn drain(&self, queue: &str) -> Vec<sluice::broker::message::Delivery> {
         let (rt, broker) = self.broker();
         rt.block_on(async {
             let mut all = Vec::new();
@@ -291,7 +289,7 @@ impl Env {
     }
 
     /// Publish `messages` through the library.
-    pub fn publish(&self, messages: Vec<sluice::message::NewMessage>) {
+    pub fn publish(&self, messages: Vec<sluice::broker::message::NewMessage>) {
         let (rt, broker) = self.broker();
         rt.block_on(broker.publish(messages)).unwrap();
     }

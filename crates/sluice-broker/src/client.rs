@@ -1,7 +1,7 @@
 //! Publishing from Rust applications: [`Client`] puts messages into sluice
 //! queues and topics on any broker, the same way `sluice send` does, and on
 //! PostgreSQL inside the application's own transactions
-//! ([`Client::publish_in`]).
+//! (`Client::publish_in`, with the feature `postgres`).
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -42,6 +42,7 @@ pub use tokio_postgres;
 /// Optional settings of one publish.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PublishOptions {
+    /// Headers, in order; a `traceparent` among them is continued.
     pub headers: Vec<(String, String)>,
     /// Idempotency key; the new message's id when `None`.
     pub key: Option<String>,
@@ -50,16 +51,20 @@ pub struct PublishOptions {
 }
 
 impl PublishOptions {
+    /// With idempotency key `key`: of the messages with one key, a handler
+    /// completes one within the key's retention.
     pub fn key(mut self, key: impl Into<String>) -> Self {
         self.key = Some(key.into());
         self
     }
 
+    /// With header `name: value` added after those already given.
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.push((name.into(), value.into()));
         self
     }
 
+    /// Delivered no earlier than `delay` after the publish.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
         self
@@ -79,7 +84,9 @@ impl PublishOptions {
 /// One copy of a topic publish: the queue it went to and its message id.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct TopicCopy {
+    /// The queue the copy went to.
     pub queue: String,
+    /// The copy's message id in that queue.
     pub id: String,
 }
 
@@ -140,6 +147,7 @@ impl Client {
             .await
     }
 
+    /// Publish `payload` to `queue` with `options`; returns the message id.
     pub async fn publish_with(
         &self,
         queue: &str,
@@ -225,6 +233,7 @@ impl Client {
             .await
     }
 
+    /// [`Client::publish_to_topic`] with `options`, given to every copy.
     pub async fn publish_to_topic_with(
         &self,
         topic: &str,

@@ -23,24 +23,28 @@ pub fn decode_headers(stored: &[u8]) -> Vec<(String, String)> {
 }
 
 /// One handler status as stored.
-pub fn encode_status(status: &HandlerStatus) -> String {
+#[cfg(any(test, feature = "sqlite"))]
+pub(crate) fn encode_status(status: &HandlerStatus) -> String {
     serde_json::to_string(status).expect("statuses serialize")
 }
 
 /// One handler status as [`encode_status`] stored it; `None` when it does
 /// not parse (written by a sluice that reports other fields).
-pub fn decode_status(stored: &[u8]) -> Option<HandlerStatus> {
+#[cfg(any(test, feature = "sqlite"))]
+pub(crate) fn decode_status(stored: &[u8]) -> Option<HandlerStatus> {
     serde_json::from_slice(stored).ok()
 }
 
 /// One host's handler statuses as stored together.
-pub fn encode_statuses(statuses: &[HandlerStatus]) -> String {
+#[cfg(any(test, feature = "redis", feature = "postgres"))]
+pub(crate) fn encode_statuses(statuses: &[HandlerStatus]) -> String {
     serde_json::to_string(statuses).expect("statuses serialize")
 }
 
 /// A host's handler statuses as [`encode_statuses`] stored them; none when
 /// they do not parse.
-pub fn decode_statuses(stored: &[u8]) -> Vec<HandlerStatus> {
+#[cfg(any(test, feature = "redis", feature = "postgres"))]
+pub(crate) fn decode_statuses(stored: &[u8]) -> Vec<HandlerStatus> {
     serde_json::from_slice(stored).unwrap_or_default()
 }
 
@@ -50,7 +54,7 @@ pub fn decode_statuses(stored: &[u8]) -> Vec<HandlerStatus> {
 /// for what it is and applied, and counted, once. It is the first 16 bytes
 /// of the SHA-256 of each settlement's kind, message id and receipt, in
 /// order, in hex: a receipt names one lease, so no other write has it.
-pub fn settle_digest<'a>(settlements: impl IntoIterator<Item = &'a Settlement>) -> String {
+pub(crate) fn settle_digest<'a>(settlements: impl IntoIterator<Item = &'a Settlement>) -> String {
     use sha2::{Digest, Sha256};
     let mut hash = Sha256::new();
     for s in settlements {
@@ -77,7 +81,7 @@ pub fn settle_digest<'a>(settlements: impl IntoIterator<Item = &'a Settlement>) 
 /// Say that a settle write of `count` settlements to `queue` was found
 /// among the writes applied before ([`settle_digest`]): it is not applied
 /// twice.
-pub fn written_again(queue: &str, count: usize) {
+pub(crate) fn written_again(queue: &str, count: usize) {
     tracing::info!(
         queue,
         count,
@@ -88,7 +92,8 @@ pub fn written_again(queue: &str, count: usize) {
 /// How long a broker remembers the settle writes it applied
 /// ([`settle_digest`]): a write sent again later than this, after an
 /// outage that long, is refused as deliveries that lost their leases are.
-pub const SETTLED_KEPT: std::time::Duration = std::time::Duration::from_secs(600);
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) const SETTLED_KEPT: std::time::Duration = std::time::Duration::from_secs(600);
 
 #[cfg(test)]
 mod tests {

@@ -30,19 +30,30 @@ pub trait DeadLetters: Send + Sync + 'static {
 /// A message in the dead-letter store.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct DeadLetter {
+    /// The message id, kept through replays.
     pub id: String,
+    /// The queue it died in, and goes back to when replayed.
     pub queue: String,
+    /// The idempotency key (the id when none was given).
     pub key: String,
+    /// The body, as published (left out of the JSON).
     #[serde(skip)]
     pub payload: Vec<u8>,
+    /// The headers, as published.
     pub headers: Vec<(String, String)>,
+    /// Attempts made before it died.
     pub attempts: u32,
     /// Scheduled redrives the message had been through when it died.
     pub redrives: u32,
+    /// When it was published, in milliseconds since the Unix epoch.
     pub enqueued_at_ms: u64,
+    /// When it died, in milliseconds since the Unix epoch.
     pub died_at_ms: u64,
+    /// Why it died (`rejected: ...`, `gave up after N attempt(s)`, ...).
     pub reason: String,
+    /// The last attempt's error, if it failed.
     pub last_error: Option<String>,
+    /// The content hash of the handler version that handled it last.
     pub handler_version: Option<String>,
     /// The ordered group the message was in, if any (`[ordering]`).
     #[serde(default)]

@@ -19,7 +19,9 @@ pub enum BrokerError {
     /// may well succeed: callers back off and retry.
     #[error("broker unavailable: {context}")]
     Unavailable {
+        /// What was being done.
         context: String,
+        /// The backend's own error, when there was one.
         #[source]
         source: Option<Cause>,
     },
@@ -28,7 +30,9 @@ pub enum BrokerError {
     /// the same way, so retrying it forever only holds up the calls behind it.
     #[error("broker refused the call: {context}")]
     Refused {
+        /// What was being done.
         context: String,
+        /// The backend's own error, when there was one.
         #[source]
         source: Option<Cause>,
     },

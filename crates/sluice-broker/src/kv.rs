@@ -14,7 +14,7 @@ use super::{BrokerError, Result};
 
 /// The longest expiry a key may be given, so that "now + ttl" fits every
 /// backend's clock arithmetic with room to spare.
-pub const MAX_TTL: Duration = Duration::from_secs(3650 * 24 * 3600);
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(3650 * 24 * 3600);
 
 /// The handlers' key-value stores, one scope per handler.
 #[async_trait]
@@ -43,7 +43,7 @@ pub trait KvStore: Send + Sync {
 }
 
 /// Refuse an expiry that no backend can store.
-pub fn check_ttl(ttl: Option<Duration>) -> Result<()> {
+pub(crate) fn check_ttl(ttl: Option<Duration>) -> Result<()> {
     match ttl {
         Some(t) if t < Duration::from_millis(1) => Err(BrokerError::Invalid(
             "a key's time to live must be at least 1 ms (or none, for no expiry)".into(),
@@ -58,13 +58,13 @@ pub fn check_ttl(ttl: Option<Duration>) -> Result<()> {
 
 /// The error for a value that `increment` cannot add to. Both backends use
 /// these words, so a handler sees the same error on either.
-pub fn not_an_integer(key: &str) -> BrokerError {
+pub(crate) fn not_an_integer(key: &str) -> BrokerError {
     BrokerError::Invalid(format!(
         "the value of key {key:?} is not a decimal integer in the s64 range, so it cannot be incremented"
     ))
 }
 
-pub fn overflow(key: &str, delta: i64) -> BrokerError {
+pub(crate) fn overflow(key: &str, delta: i64) -> BrokerError {
     BrokerError::Invalid(format!(
         "incrementing key {key:?} by {delta} would overflow a signed 64-bit integer"
     ))
@@ -72,7 +72,8 @@ pub fn overflow(key: &str, delta: i64) -> BrokerError {
 
 /// Parse a stored value the way Redis's `INCRBY` does: an optional `-`,
 /// then digits without leading zeros (a lone `0` is fine), within i64.
-pub fn parse_integer(value: &[u8]) -> Option<i64> {
+#[cfg(any(test, feature = "sqlite"))]
+pub(crate) fn parse_integer(value: &[u8]) -> Option<i64> {
     let text = std::str::from_utf8(value).ok()?;
     let n: i64 = text.parse().ok()?;
     (n.to_string() == text).then_some(n)

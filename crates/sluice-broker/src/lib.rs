@@ -4,7 +4,30 @@
 //! application that only publishes depends on it alone, with the backend it
 //! uses (features `sqlite`, the default, `redis` and `postgres`).
 //!
-//! The parts, each depending only on those listed before it:
+//! # The public API
+//!
+//! What a publisher needs: [`Client`] and its
+//! [`PublishOptions`](client::PublishOptions), opened
+//! from a broker URL ([`Client::connect`]) or an open broker. What a
+//! program that runs or inspects queues needs (the `sluice` host is one):
+//! [`connect`], the role traits below with the types in their signatures,
+//! the envelope ([`message`]) and the backends' own types (`SqliteBroker`,
+//! `RedisBroker`, `PgBroker`, each with its feature). The modules
+//! [`policy`], [`topic`], [`publish`], [`trace`], [`units`] and [`error`]
+//! are public because the host crate builds on them: retry decisions,
+//! topic names and fan-out, trace context in headers, sizes and durations
+//! as people write them. Everything else is private to the crate; `pub` on
+//! an item inside it means the item is exported, and every build with the
+//! feature `testkit` (the tests' and `cargo clippy --all-targets`) warns of
+//! one that is not (`unreachable_pub`).
+//!
+//! The feature `testkit` adds the module `testkit`: the conformance suite and the
+//! real servers tests start. It is for tests and benchmarks; an
+//! application never needs it.
+//!
+//! # The parts
+//!
+//! Each depends only on those listed before it:
 //!
 //! * [`units`], [`error`] — sizes and durations as people write them;
 //!   what can go wrong in a broker call, and error chains on one line.
@@ -17,10 +40,9 @@
 //!   the client and the handlers' `publish-to-topic`.
 //! * [`client`] — publishing from Rust applications ([`Client`]).
 //!
-//!
 //! The interface is cut by role, one small trait each, with the same
-//! semantics on every backend (checked by the conformance suite in
-//! `tests/integration/conformance`):
+//! semantics on every backend (checked by the conformance suite,
+//! `testkit::conformance`):
 //!
 //! * [`Queue`] (`queue.rs`) — publish, receive, claim keys, settle, flush:
 //!   all the worker uses.
@@ -39,38 +61,43 @@
 //! internals (`groups.rs` in both: ordered groups), so that a
 //! new backend is written by filling in the same files:
 //!
-//! * [`sqlite`] — the embedded default: one SQLite file (`migrate.rs`: its
+//! * `sqlite/` — the embedded default: one SQLite file (`migrate.rs`: its
 //!   schema versions; `mod.rs`: the group-commit writer and the readers).
-//! * [`redis`] — Streams and consumer groups, on one Redis or a Cluster
+//! * `redis/` — Streams and consumer groups, on one Redis or a Cluster
 //!   (`conn.rs`, `reader.rs`, `relay.rs`, `codec.rs`, `scripts.rs`).
-//! * [`postgres`] — tables and SQL functions in a schema of one PostgreSQL
+//! * `postgres/` — tables and SQL functions in a schema of one PostgreSQL
 //!   database (`migrate.rs`, `wake.rs`: LISTEN/NOTIFY, `tls.rs`).
 //!
 //! What every backend writes alike (the text of a lost lease, headers,
-//! status JSON) is in [`codec`]; errors, by what the caller should do about
+//! status JSON) is in `codec.rs`; errors, by what the caller should do about
 //! them, in [`error`].
+
+#![deny(missing_docs)]
+#![cfg_attr(feature = "testkit", warn(unreachable_pub))]
 
 use std::sync::Arc;
 
 pub mod client;
-pub mod codec;
-pub mod dead;
+mod codec;
+mod dead;
 pub mod error;
-pub mod kv;
+mod kv;
 pub mod message;
 pub mod policy;
 #[cfg(feature = "postgres")]
-pub mod postgres;
-pub mod presence;
+mod postgres;
+mod presence;
 pub mod publish;
-pub mod queue;
+mod queue;
 #[cfg(feature = "redis")]
-pub mod redis;
-pub mod schedules;
+mod redis;
+mod schedules;
 #[cfg(feature = "sqlite")]
-pub mod sqlite;
+mod sqlite;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod topic;
-pub mod topics;
+mod topics;
 pub mod trace;
 pub mod units;
 
@@ -141,6 +168,6 @@ fn without(backend: &str) -> anyhow::Error {
 
 /// Whether `url` names a PostgreSQL broker (`postgres://` or
 /// `postgresql://`).
-pub fn is_postgres(url: &str) -> bool {
+pub(crate) fn is_postgres(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }

@@ -57,8 +57,11 @@ pub fn without_nul(text: &str) -> String {
 /// A message on its way into a queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewMessage {
+    /// The queue it goes to.
     pub queue: String,
+    /// The body, any bytes.
     pub payload: Vec<u8>,
+    /// Headers, in order; names need not be unique.
     pub headers: Vec<(String, String)>,
     /// Idempotency key; the message id when `None`.
     pub key: Option<String>,
@@ -67,6 +70,7 @@ pub struct NewMessage {
 }
 
 impl NewMessage {
+    /// `payload` for `queue`, without headers, key or delay.
     pub fn new(queue: impl Into<String>, payload: impl Into<Vec<u8>>) -> Self {
         NewMessage {
             queue: queue.into(),
@@ -173,15 +177,20 @@ impl NewMessage {
 /// One delivery of a message, leased to this host until it is settled.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Delivery {
+    /// The message id, the same on every delivery of the message.
     pub id: String,
+    /// The queue it was leased from.
     pub queue: String,
     /// The sender's idempotency key (the message id when none was given).
     pub key: String,
+    /// The body, as published.
     pub payload: Vec<u8>,
+    /// The headers, as published (with the trace context the publish gave).
     pub headers: Vec<(String, String)>,
     /// 1 on the first delivery, counting every delivery including those whose
     /// lease expired.
     pub attempt: u32,
+    /// When the message was published, in milliseconds since the Unix epoch.
     pub enqueued_at_ms: u64,
     /// Error text of the previous attempt, if it failed.
     pub last_error: Option<String>,
@@ -217,6 +226,7 @@ impl Delivery {
         }
     }
 
+    /// The value of the first header called `name`, ignoring ASCII case.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -258,7 +268,7 @@ pub fn hostname() -> String {
 }
 
 /// A new, time-ordered message id.
-pub fn new_id() -> String {
+pub(crate) fn new_id() -> String {
     uuid::Uuid::now_v7().simple().to_string()
 }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 pub struct RetryPolicy {
     /// Attempts in all, the first delivery included. At least 1.
     pub max_attempts: u32,
+    /// The wait before each retry the guest did not time itself.
     pub backoff: Backoff,
     /// A guest's `retry(some(delay))` and `snooze(delay)` are cut down to
     /// this.
@@ -25,9 +26,13 @@ pub enum Backoff {
     /// `initial * factor^(attempt-1)`, capped at `max`; with full jitter the
     /// wait is drawn uniformly from `[0, that]`.
     Exponential {
+        /// The wait after the first attempt, before jitter.
         initial: Duration,
+        /// The longest wait.
         max: Duration,
+        /// What each further attempt multiplies the wait by.
         factor: f64,
+        /// Draw the wait uniformly from `[0, ceiling]` (full jitter).
         jitter: bool,
     },
     /// Delay levels: the n-th retry waits `delays[n-1]`; past the end of the
@@ -54,6 +59,7 @@ impl Default for RetryPolicy {
 /// How an attempt ended, as the policy sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
+    /// The guest handled the message.
     Done,
     /// The guest asked for a retry, optionally after a delay of its choosing.
     Retry(Option<Duration>),
@@ -69,15 +75,21 @@ pub enum Outcome {
 /// What the host does next.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Decision {
+    /// Acknowledge: the message is done.
     Ack,
+    /// Deliver again after `delay`, as the next attempt.
     Retry {
+        /// How long the message waits.
         delay: Duration,
     },
     /// Deliver again after `delay`, the attempt given back.
     Snooze {
+        /// How long the message waits.
         delay: Duration,
     },
+    /// Move the message to the dead letters.
     Dead {
+        /// Why, as the dead letter keeps it.
         reason: String,
     },
 }
@@ -177,7 +189,9 @@ pub fn backoff_delay(backoff: &Backoff, attempt: u32, jitter: f64) -> Duration {
 /// `max_redrives` redrives; after that it stays dead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RedrivePolicy {
+    /// How long a dead letter stays dead before it is redriven.
     pub every: Duration,
+    /// Redrives a message may have; after them it stays dead.
     pub max_redrives: u32,
 }
 
@@ -217,7 +231,9 @@ pub struct Flow {
 /// `count` per `per`: `200/s`, `30/m`, `100/h`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rate {
+    /// Leases a period, at least 1.
     pub count: u32,
+    /// The period: a second, a minute or an hour.
     pub per: Duration,
 }
 

@@ -36,13 +36,21 @@ pub trait Presence: Send + Sync + 'static {
 /// Per-queue counts for `sluice stats`. The JSON field names are stable.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct QueueStats {
+    /// The queue counted.
     pub queue: String,
+    /// Messages that can be leased now.
     pub ready: u64,
+    /// Messages waiting for a delay: a delayed publish, a retry, a snooze.
     pub delayed: u64,
+    /// Messages leased and not yet settled.
     pub in_flight: u64,
+    /// Messages settled `done`, ever.
     pub done: u64,
+    /// Deliveries settled as duplicates of a key already done, ever.
     pub duplicates: u64,
+    /// Retries, ever.
     pub retried: u64,
+    /// Dead letters held now.
     pub dead: u64,
     /// Settlements refused because their delivery had lost its lease: the
     /// message was delivered again meanwhile (the host was too slow, or
@@ -76,7 +84,9 @@ impl QueueStats {
 /// [`STATUS_STALE`], so a host that died drops out.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct HandlerStatus {
+    /// The host reporting: its host name and process id.
     pub host: String,
+    /// The handler's name (its file's stem).
     pub handler: String,
     /// The queue it serves; `None` when no version of it loads.
     pub queue: Option<String>,
@@ -84,6 +94,7 @@ pub struct HandlerStatus {
     pub version: Option<String>,
     /// Files of this handler the host refused since it started.
     pub refusals: u64,
+    /// Why the last refused file was refused.
     pub last_refusal: Option<String>,
     /// Times the handler's worker died and was started again.
     #[serde(default)]
@@ -108,6 +119,7 @@ pub struct HandlerStatus {
     /// `sluice:handler/handler@0.2.0`.
     #[serde(default)]
     pub world: Option<String>,
+    /// When the host wrote this, in milliseconds since the Unix epoch.
     pub updated_at_ms: u64,
 }
 
@@ -115,6 +127,7 @@ pub struct HandlerStatus {
 /// its next tick is due.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScheduleSpec {
+    /// The schedule's name in its sidecar.
     pub name: String,
     /// The cron expression as written.
     pub cron: String,

@@ -123,14 +123,19 @@ pub trait Queue: Send + Sync + 'static {
 /// A delivery's lease, and the idempotency key it holds, to extend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
+    /// The message id.
     pub id: String,
+    /// The delivery's receipt: only the delivery that holds the lease
+    /// extends it.
     pub receipt: String,
+    /// The idempotency key the delivery holds, extended with the lease.
     pub key: Option<String>,
 }
 
 /// An idempotency key to take before a delivery is handled.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyClaim {
+    /// The idempotency key.
     pub key: String,
     /// Who takes it: the delivery's receipt, so that two deliveries of one
     /// message are two holders.
@@ -143,6 +148,7 @@ pub type KeyOf = std::sync::Arc<dyn Fn(&Delivery) -> Option<String> + Send + Syn
 /// Deliveries leased by [`Queue::receive_claiming`], with their keys.
 #[derive(Debug)]
 pub struct Received {
+    /// The deliveries leased, as [`Queue::receive`] leases them.
     pub deliveries: Vec<Delivery>,
     /// Each delivery's key, in the same order (`None`: it takes none).
     pub keys: Vec<Option<String>>,
@@ -201,42 +207,64 @@ pub enum Settlement {
     /// done already (another message with the same key completed), the
     /// publishes are dropped and the message counts as a duplicate.
     Done {
+        /// The delivery handled.
         delivery: Delivery,
+        /// The key it held, and how long it is kept as done.
         key: Option<(String, Duration)>,
+        /// What the handler published, committed with the ack.
         publishes: Vec<NewMessage>,
     },
     /// The key had completed before: remove the message without handling it.
-    Duplicate { delivery: Delivery },
+    Duplicate {
+        /// The delivery acked.
+        delivery: Delivery,
+    },
     /// Deliver again after `delay`; this attempt counts. Releases `key`.
     Retry {
+        /// The delivery that failed.
         delivery: Delivery,
+        /// How long the message waits.
         delay: Duration,
+        /// Why, kept as the next delivery's `last_error`.
         error: String,
+        /// The key the delivery held.
         key: Option<String>,
     },
     /// Put back for `delay` without counting an attempt (key busy, shutdown).
     /// Releases `key` if this delivery holds it.
     Defer {
+        /// The delivery put back.
         delivery: Delivery,
+        /// How long the message waits.
         delay: Duration,
+        /// The key the delivery held.
         key: Option<String>,
     },
     /// The handler snoozed it: like `Defer` (no attempt counts), and the
     /// message's snoozes go up by one.
     Snooze {
+        /// The delivery snoozed.
         delivery: Delivery,
+        /// How long the message waits.
         delay: Duration,
+        /// The key the delivery held.
         key: Option<String>,
     },
     /// Move to the dead letters. Releases `key`. `notice`, if any, is
     /// published in the same atomic step that stores the dead letter (the
     /// handler's `on_dead` hook), and only if it is stored.
     Dead {
+        /// The delivery that died.
         delivery: Delivery,
+        /// Why, as the dead letter keeps it.
         reason: String,
+        /// The last attempt's error, if it failed.
         error: Option<String>,
+        /// The content hash of the handler version that handled it last.
         handler_version: Option<String>,
+        /// The key the delivery held.
         key: Option<String>,
+        /// A message published with the dead letter.
         notice: Option<NewMessage>,
     },
 }

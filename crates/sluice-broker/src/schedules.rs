@@ -27,8 +27,11 @@ pub struct Tick {
 /// The last tick a schedule fired (or skipped).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LastTick {
+    /// The schedule's queue.
     pub queue: String,
+    /// The schedule's name within its queue.
     pub schedule: String,
+    /// When that tick was due, in milliseconds since the Unix epoch.
     pub at_ms: u64,
 }
 

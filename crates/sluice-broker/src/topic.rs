@@ -26,15 +26,19 @@ pub const CLI_ORIGIN: &str = "cli";
 /// One queue's subscription to a topic.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Binding {
+    /// The topic.
     pub topic: String,
+    /// The queue that gets copies.
     pub queue: String,
     /// The routing-key pattern; `None` makes the queue the topic's catch-all:
     /// it gets the publishes that no pattern matches.
     pub pattern: Option<String>,
+    /// Who made it: [`CLI_ORIGIN`], or [`Binding::origin_of_handler`].
     pub origin: String,
 }
 
 impl Binding {
+    /// The origin of the bindings handler `name`'s sidecar declares.
     pub fn origin_of_handler(name: &str) -> String {
         format!("handler:{name}")
     }
@@ -43,10 +47,12 @@ impl Binding {
 /// Per-topic counts for `sluice topics`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct TopicStats {
+    /// The topic counted.
     pub topic: String,
     /// Publishes whose routing key no binding's pattern matched, whether a
     /// catch-all queue took them or they were refused.
     pub unmatched: u64,
+    /// Its bindings.
     pub bindings: Vec<Binding>,
 }
 

@@ -11,8 +11,11 @@ pub const TRACESTATE: &str = "tracestate";
 /// A parsed `traceparent`: whose trace, which span sent it, and its flags.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TraceParent {
+    /// The trace, never all zeros.
     pub trace_id: [u8; 16],
+    /// The span that sent the message, never all zeros.
     pub span_id: [u8; 8],
+    /// The trace flags; bit 0 is "sampled".
     pub flags: u8,
 }
 

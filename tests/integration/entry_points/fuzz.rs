@@ -6,7 +6,7 @@ use std::cell::Cell;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use sluice::message::{MAX_HEADERS, MAX_KEY};
+use sluice::broker::message::{MAX_HEADERS, MAX_KEY};
 
 use super::{Bench, HANDLER, Input, MAX_DELAY_MS, MAX_SIZE, agree};
 

@@ -54,7 +54,7 @@ mod vacuum;
 mod wake;
 
 /// The schema the broker's tables live in when the URL names none.
-pub const DEFAULT_SCHEMA: &str = "sluice";
+pub(crate) const DEFAULT_SCHEMA: &str = "sluice";
 /// Most connections one host opens.
 const POOL_SIZE: usize = 16;
 /// How long opening a connection may take.

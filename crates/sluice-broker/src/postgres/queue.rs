@@ -203,7 +203,7 @@ impl Queue for PgBroker {
 
     /// Wait for `queue`'s notification, up to its next due time (at least
     /// `up_to`, so that rows another host is leasing right now are not
-    /// polled in a spin) or [`wake::MAX_WAIT`] at most, the fallback for a
+    /// polled in a spin) or `wake::MAX_WAIT` at most, the fallback for a
     /// notification missed.
     async fn idle(&self, queue: &str, up_to: Duration) {
         let wake = self.wakes.of(queue);

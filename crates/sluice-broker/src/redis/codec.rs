@@ -15,36 +15,36 @@ use crate::message::{Delivery, now_ms};
 
 /// The fields of one stream entry, parsed once.
 #[derive(Debug, Default)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// The stream entry id, e.g. `1796106278455-0`.
-    pub entry: String,
-    pub id: String,
+    pub(crate) entry: String,
+    pub(crate) id: String,
     /// The idempotency key when it is not the id.
-    pub key: Option<String>,
-    pub payload: Vec<u8>,
-    pub headers: Option<Vec<u8>>,
+    pub(crate) key: Option<String>,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) headers: Option<Vec<u8>>,
     /// When the message was first enqueued; when absent, the entry id's time.
-    pub enqueued_at_ms: Option<u64>,
+    pub(crate) enqueued_at_ms: Option<u64>,
     /// Attempts spent before this entry was written.
-    pub attempts: u64,
-    pub last_error: Option<String>,
+    pub(crate) attempts: u64,
+    pub(crate) last_error: Option<String>,
     /// Scheduled redrives the message has been through.
-    pub redrives: u64,
+    pub(crate) redrives: u64,
     /// Dead letters only: reason, handler version, attempts. A dead
     /// letter died at its entry id's time.
-    pub reason: Option<String>,
-    pub version: Option<String>,
-    pub dead_attempts: u64,
+    pub(crate) reason: Option<String>,
+    pub(crate) version: Option<String>,
+    pub(crate) dead_attempts: u64,
     /// The ordered group the message is in.
-    pub group: Option<String>,
+    pub(crate) group: Option<String>,
     /// Times the handler snoozed the message.
-    pub snoozes: u64,
+    pub(crate) snoozes: u64,
 }
 
 impl Entry {
     /// `[entry id, [field, value, ...]]`, as XRANGE and XREADGROUP give it.
     /// `None` for an entry that was deleted while pending (no fields).
-    pub fn parse(v: Value) -> Option<Entry> {
+    pub(crate) fn parse(v: Value) -> Option<Entry> {
         let (entry, mut fields) = entry_fields(v)?;
         if let [name, Value::BulkString(packed)] = fields.as_slice()
             && bulk(name) == Some(b"m")
@@ -96,7 +96,12 @@ impl Entry {
     }
 
     /// The delivery of this entry on its `count`-th delivery.
-    pub fn into_delivery(mut self, queue: &str, count: u64, lease_until_ms: u64) -> Delivery {
+    pub(crate) fn into_delivery(
+        mut self,
+        queue: &str,
+        count: u64,
+        lease_until_ms: u64,
+    ) -> Delivery {
         let attempt = (self.attempts + count) as u32;
         let last_error = if count > 1 {
             Some(lease_expired(attempt - 1))
@@ -122,7 +127,7 @@ impl Entry {
         }
     }
 
-    pub fn into_dead_letter(mut self, queue: &str) -> DeadLetter {
+    pub(crate) fn into_dead_letter(mut self, queue: &str) -> DeadLetter {
         DeadLetter {
             key: self.key(),
             headers: self.headers(),
@@ -144,20 +149,20 @@ impl Entry {
 /// A publish held in a queue's outbox until the relay moves it: fields `q`
 /// target queue, `i` id, `k` key, `p` payload, `h` headers, `d` delay ms.
 #[derive(Debug, Default)]
-pub struct Held {
-    pub entry: String,
-    pub queue: String,
-    pub id: String,
-    pub key: Vec<u8>,
-    pub payload: Vec<u8>,
-    pub headers: Vec<u8>,
-    pub delay_ms: u64,
+pub(crate) struct Held {
+    pub(crate) entry: String,
+    pub(crate) queue: String,
+    pub(crate) id: String,
+    pub(crate) key: Vec<u8>,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) headers: Vec<u8>,
+    pub(crate) delay_ms: u64,
 }
 
 /// An outbox entry as the relay reads it: a publish to pass on, or one it
 /// cannot read (kept as its fields' text, for the dead letter it becomes).
 #[derive(Debug)]
-pub enum Outboxed {
+pub(crate) enum Outboxed {
     Held(Held),
     Unreadable { entry: String, fields: String },
 }
@@ -165,7 +170,7 @@ pub enum Outboxed {
 impl Held {
     /// An outbox entry, `[entry id, [field, value, ...]]`. `None` for what
     /// is not a stream entry at all.
-    pub fn parse(v: Value) -> Option<Outboxed> {
+    pub(crate) fn parse(v: Value) -> Option<Outboxed> {
         let (entry, fields) = entry_fields(v)?;
         let text = fields_text(&fields);
         let mut h = Held {
@@ -215,7 +220,7 @@ fn fields_text(fields: &[Value]) -> String {
 }
 
 /// The deliveries in an `XREADGROUP` reply, each on its first delivery.
-pub fn read_reply(reply: Value, queue: &str, lease_ms: u64) -> Vec<Delivery> {
+pub(crate) fn read_reply(reply: Value, queue: &str, lease_ms: u64) -> Vec<Delivery> {
     let lease_until = now_ms() + lease_ms;
     let mut out = Vec::new();
     for stream in into_array(reply) {
@@ -307,7 +312,7 @@ fn bulk(v: &Value) -> Option<&[u8]> {
     }
 }
 
-pub fn into_array(v: Value) -> Vec<Value> {
+pub(crate) fn into_array(v: Value) -> Vec<Value> {
     match v {
         Value::Array(items) => items,
         _ => Vec::new(),
@@ -336,7 +341,7 @@ fn pairs(fields: Vec<Value>) -> impl Iterator<Item = (Value, Vec<u8>)> {
     })
 }
 
-pub fn into_bytes(v: Value) -> Option<Vec<u8>> {
+pub(crate) fn into_bytes(v: Value) -> Option<Vec<u8>> {
     match v {
         Value::BulkString(b) => Some(b),
         Value::SimpleString(s) => Some(s.into_bytes()),
@@ -345,11 +350,11 @@ pub fn into_bytes(v: Value) -> Option<Vec<u8>> {
     }
 }
 
-pub fn into_string(v: Value) -> Option<String> {
+pub(crate) fn into_string(v: Value) -> Option<String> {
     into_bytes(v).map(utf8)
 }
 
-pub fn text(v: &Value) -> Option<String> {
+pub(crate) fn text(v: &Value) -> Option<String> {
     match v {
         Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Some(s.clone()),
@@ -359,14 +364,14 @@ pub fn text(v: &Value) -> Option<String> {
     }
 }
 
-pub fn int(v: &Value) -> Option<u64> {
+pub(crate) fn int(v: &Value) -> Option<u64> {
     match v {
         Value::Int(i) => u64::try_from(*i).ok(),
         other => text(other)?.parse().ok(),
     }
 }
 
-pub fn array(v: &Value) -> &[Value] {
+pub(crate) fn array(v: &Value) -> &[Value] {
     match v {
         Value::Array(items) => items,
         _ => &[],
@@ -374,12 +379,12 @@ pub fn array(v: &Value) -> &[Value] {
 }
 
 /// The stream entry id and delivery count a receipt stands for.
-pub fn parse_receipt(receipt: &str) -> (&str, &str) {
+pub(crate) fn parse_receipt(receipt: &str) -> (&str, &str) {
     receipt.split_once(' ').unwrap_or((receipt, "1"))
 }
 
 /// Headers as the entry field `h`: JSON pairs, or empty when there are none.
-pub fn encode_headers(headers: &[(String, String)]) -> String {
+pub(crate) fn encode_headers(headers: &[(String, String)]) -> String {
     crate::codec::encode_headers(headers).unwrap_or_default()
 }
 

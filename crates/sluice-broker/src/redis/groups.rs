@@ -22,12 +22,12 @@ pub(super) struct Orderings(Mutex<HashMap<String, String>>);
 
 impl Orderings {
     /// The ordering of `queue` as last seen; "" when none was seen.
-    pub fn spec(&self, queue: &str) -> String {
+    pub(crate) fn spec(&self, queue: &str) -> String {
         let seen = self.0.lock().expect("orderings lock");
         seen.get(queue).cloned().unwrap_or_default()
     }
 
-    pub fn learn(&self, queue: &str, spec: String) {
+    pub(crate) fn learn(&self, queue: &str, spec: String) {
         self.0
             .lock()
             .expect("orderings lock")

@@ -202,7 +202,7 @@ static PRELUDE: LazyLock<String> = LazyLock::new(|| format!("{BASE}{GROUP_CORE}{
 /// only if its marker was not set yet: the outbox relay's idempotency.
 /// Returns {enqueued}, or {-1, the queue's ordering} when it is not the one
 /// the groups were taken with: the caller takes them again and retries.
-pub static PUBLISH: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static PUBLISH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{}{}",
         *PRELUDE,
@@ -235,7 +235,7 @@ return {n}
 /// to the queue (in order) and the groups are forgotten; with one whose
 /// dead letters do not block, blocked groups move on. Returns 1 if it
 /// changed, else 0.
-pub static ORDER: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static ORDER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{}{}",
         *PRELUDE,
@@ -274,7 +274,7 @@ return 1
 /// consumer's last one), so that a host with a short lease never takes a
 /// message from one that leased it for longer. Returns {next cursor,
 /// {entry id, fields, delivery count}...}.
-pub static MAINTAIN: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static MAINTAIN: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{}{}",
         *PRELUDE,
@@ -326,7 +326,7 @@ return {claimed[1], out}
 /// queue with `max_in_flight` (a rate alone goes through `TOKENS`, because
 /// a reply passed through Lua costs the server about 1.5 µs a message).
 /// Returns the `XREADGROUP` reply, or nil.
-pub static TAKE: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static TAKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{}{}",
         *PRELUDE,
@@ -366,7 +366,7 @@ return reply
 /// and self-contained, because it is also sent whole (`EVAL`) in the
 /// pipeline of a read, where a script missing from the server's cache
 /// would fail the read beside it.
-pub static TOKENS_SOURCE: &str = r#"
+pub(crate) static TOKENS_SOURCE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local want, per_ms, burst, back = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -382,7 +382,7 @@ return granted
 "#;
 
 /// [`TOKENS_SOURCE`] as a script, for the calls outside a read's pipeline.
-pub static TOKENS: LazyLock<Script> = LazyLock::new(|| Script::new(TOKENS_SOURCE));
+pub(crate) static TOKENS: LazyLock<Script> = LazyLock::new(|| Script::new(TOKENS_SOURCE));
 
 /// KEYS: stream, delayed, bodies, groups, waiting, schedules. ARGV:
 /// schedule, tick ms, the queue's ordering the group was taken with, then,
@@ -390,7 +390,7 @@ pub static TOKENS: LazyLock<Script> = LazyLock::new(|| Script::new(TOKENS_SOURCE
 /// schedule's last tick (a field of `schedules`) is at or after it: records
 /// it, and enqueues the message when there is one. Returns {1} if it fired,
 /// {0} if not, or {-1, the queue's ordering} as `PUBLISH` does.
-pub static FIRE: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static FIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{}{}",
         *PRELUDE,
@@ -416,7 +416,7 @@ return {1}
 /// resets the entry's idle time without counting a delivery), and so does
 /// its key's lease if the key still holds it. Returns 1 per lease kept, 0
 /// per lease lost.
-pub static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local S, group, consumer, lease = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
@@ -446,7 +446,7 @@ return out
 /// delivery's lease, takes one that ran out, and leaves any other value
 /// alone. Returns per key 0 (acquired), 1 (already done) or
 /// 2 (busy).
-pub static RENEW: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local out = {}
@@ -496,7 +496,7 @@ return out
 /// the ordering says so). Returns the ids of the refused ops; nil, having
 /// applied nothing, when the write's digest is among the consumer's last
 /// writes (it was applied, and is sent again because its reply was lost).
-pub static SETTLE: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static SETTLE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{}{}",
         *PRELUDE,
@@ -670,7 +670,7 @@ return lost
 /// how long to keep it (ms), then pairs of a counter's name and how much
 /// to add. Returns 1, having counted nothing, when the write was written
 /// before; else counts, remembers the write, and returns 0.
-pub static SETTLED: LazyLock<String> = LazyLock::new(|| {
+pub(crate) static SETTLED: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{BASE}{}",
         r#"
@@ -694,7 +694,7 @@ return 0
 /// `XDEL` after this in the `MULTI`). Sent whole (`EVAL`) inside the ack's
 /// `MULTI`, so that both happen or neither even on a server that lost its
 /// script cache.
-pub static ADVANCE: LazyLock<String> = LazyLock::new(|| {
+pub(crate) static ADVANCE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{BASE}{GROUP_CORE}{}",
         r#"
@@ -724,7 +724,7 @@ return n
 /// KEYS: stream, delayed, bodies, dead, counters, outbox, groups. ARGV:
 /// group. Returns {ready + in flight, in flight, delayed, dead, in outbox,
 /// counters, waiting in ordered groups}.
-pub static STATS: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static STATS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local pending = 0
@@ -748,7 +748,7 @@ return {redis.call('XLEN', KEYS[1]), pending, redis.call('ZCARD', KEYS[2]),
 /// messages. Returns {moved, the last entry looked at,
 /// or "" when nothing is left to look at}: the caller goes on from there, so
 /// no one call holds Redis for a long dead-letter stream.
-pub static REPLAY: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static REPLAY: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{}{}",
         *PRELUDE,
@@ -796,7 +796,7 @@ return {moved, last}
 /// KEYS: dead, dead index, stream, delayed, bodies, groups, waiting.
 /// Deletes the queue's dead letters, and the groups they blocked move on;
 /// returns how many.
-pub static PURGE: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static PURGE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{}{}",
         *PRELUDE,
@@ -813,7 +813,7 @@ return n
 /// reason. Moves an outbox entry the relay cannot read to the queue's dead
 /// letters (its fields as the payload), so that it no longer stops the
 /// relay of the entries behind it.
-pub static BURY_HELD: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static BURY_HELD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local deid = redis.call('XADD', KEYS[1], '*', 'i', ARGV[2], 'p', ARGV[3], 'r', ARGV[4], 'n', '0')

@@ -80,13 +80,13 @@ impl DeadLetters for SqliteBroker {
 
 /// Why and when a delivery died, as its dead letter records it.
 pub(super) struct Death<'a> {
-    pub reason: &'a str,
-    pub error: Option<&'a str>,
-    pub handler_version: Option<&'a str>,
+    pub(super) reason: &'a str,
+    pub(super) error: Option<&'a str>,
+    pub(super) handler_version: Option<&'a str>,
     /// Scheduled redrives the message had been through.
-    pub redrives: u32,
+    pub(super) redrives: u32,
     /// When it died, in ms since the epoch.
-    pub at: i64,
+    pub(super) at: i64,
 }
 
 /// Store `delivery`, of group `grp`, as a dead letter. The caller has taken

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::broker::{Broker, ClaimState, Flow, KeyClaim, Lease, ReplaySelector, Settlement};
+use crate::message::Delivery;
+use crate::{Broker, ClaimState, Flow, KeyClaim, Lease, ReplaySelector, Settlement};
 
 use super::{LEASE, msg, receive_one};
 
@@ -17,6 +18,9 @@ fn claim(holder: &str) -> KeyClaim {
     }
 }
 
+/// A snooze puts a message back after its delay without spending an
+/// attempt, counts itself on the delivery and lets the key go; a retry
+/// after it keeps the count, and a replayed dead letter starts from none.
 pub async fn a_snooze_spends_no_attempt_counts_itself_and_lets_its_key_go(b: Arc<dyn Broker>) {
     b.publish(vec![msg("q", "x")]).await.unwrap();
     let mut d = receive_one(&*b, "q", LEASE).await;
@@ -72,23 +76,12 @@ pub async fn a_snooze_spends_no_attempt_counts_itself_and_lets_its_key_go(b: Arc
         1,
         "snoozes are not retries"
     );
-    // A replayed dead letter starts again from none.
-    b.settle(&[Settlement::Dead {
-        delivery: d,
-        reason: "snoozed too often".into(),
-        error: None,
-        handler_version: None,
-        key: None,
-        notice: None,
-    }])
-    .await
-    .unwrap();
-    let replayed = b.replay("q", &ReplaySelector::default()).await.unwrap();
-    assert_eq!(replayed, 1);
-    let d = receive_one(&*b, "q", LEASE).await;
-    assert_eq!((d.attempt, d.snoozes), (1, 0));
+    a_replayed_dead_letter_has_no_snoozes(&*b, d).await;
 }
 
+/// A lease extended in time, and the key it holds, outlive their first
+/// end; one not extended again ends, the message comes back, and the lost
+/// lease can no longer be extended.
 pub async fn a_lease_and_its_key_are_kept_past_their_end(b: Arc<dyn Broker>) {
     // A queue's consumers share one lease: receive and extend with the same.
     let lease = Duration::from_millis(600);
@@ -141,7 +134,22 @@ pub async fn a_lease_and_its_key_are_kept_past_their_end(b: Arc<dyn Broker>) {
     assert_eq!(b.queue_stats("q").await.unwrap().done, 1);
 }
 
-on_every_backend!(broker:
-    a_snooze_spends_no_attempt_counts_itself_and_lets_its_key_go,
-    a_lease_and_its_key_are_kept_past_their_end,
-);
+/// Part of [`a_snooze_spends_no_attempt_counts_itself_and_lets_its_key_go`]:
+/// `d`, snoozed before, dies and is replayed.
+async fn a_replayed_dead_letter_has_no_snoozes(b: &dyn Broker, d: Delivery) {
+    // A replayed dead letter starts again from none.
+    b.settle(&[Settlement::Dead {
+        delivery: d,
+        reason: "snoozed too often".into(),
+        error: None,
+        handler_version: None,
+        key: None,
+        notice: None,
+    }])
+    .await
+    .unwrap();
+    let replayed = b.replay("q", &ReplaySelector::default()).await.unwrap();
+    assert_eq!(replayed, 1);
+    let d = receive_one(b, "q", LEASE).await;
+    assert_eq!((d.attempt, d.snoozes), (1, 0));
+}

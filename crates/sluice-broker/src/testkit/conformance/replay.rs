@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::broker::{Broker, Flow, ReplaySelector, Settlement};
-use sluice::message::{Delivery, NewMessage};
+use crate::message::{Delivery, NewMessage};
+use crate::{Broker, Flow, ReplaySelector, Settlement};
 
 use super::{LEASE, msg, receive_n, receive_one};
 
@@ -68,6 +68,8 @@ fn died_by(ms: u64) -> ReplaySelector {
     }
 }
 
+/// A cut-off on the time of death takes the dead letters that died by it,
+/// its own millisecond included, and no later ones.
 pub async fn replay_cut_off_takes_only_those_dead_long_enough(b: Arc<dyn Broker>) {
     let ids = kill(&*b, "q", &["a", "b", "c"]).await;
     let (listed, died) = dead_ids(&*b, "q").await;
@@ -84,6 +86,7 @@ pub async fn replay_cut_off_takes_only_those_dead_long_enough(b: Arc<dyn Broker>
     assert_eq!(dead_ids(&*b, "q").await.0, ids[2..]);
 }
 
+/// A limit takes that many dead letters, those that died first.
 pub async fn replay_limit_takes_those_that_died_first(b: Arc<dyn Broker>) {
     let ids = kill(&*b, "q", &["a", "b", "c", "d"]).await;
     let limit = |n| ReplaySelector {
@@ -97,6 +100,9 @@ pub async fn replay_limit_takes_those_that_died_first(b: Arc<dyn Broker>) {
     assert!(dead_ids(&*b, "q").await.0.is_empty());
 }
 
+/// Ids combine with a cut-off and a limit: those given that pass both, the
+/// first to die first whatever the order given; an unknown id, or one of
+/// another queue, takes nothing.
 pub async fn replay_ids_combine_with_cut_off_and_limit(b: Arc<dyn Broker>) {
     let ids = kill(&*b, "q", &["a", "b", "c", "d"]).await;
     let (_, died) = dead_ids(&*b, "q").await;
@@ -138,6 +144,9 @@ async fn fail_twice(b: &dyn Broker, queue: &str, id: &str) {
     b.settle(&[dead(d)]).await.unwrap();
 }
 
+/// A redrive counts itself on the message through retries and deaths, and
+/// stops at `max_redrives`; a replay by hand still takes it and is not
+/// counted. The rest of the message stays as it was sent.
 pub async fn redrives_stop_at_max_and_manual_replay_keeps_the_count(b: Arc<dyn Broker>) {
     let mut m = msg("q", "x");
     m.key = Some("order-1".into());
@@ -180,6 +189,8 @@ pub async fn redrives_stop_at_max_and_manual_replay_keeps_the_count(b: Arc<dyn B
     assert_eq!(b.dead_letter("q", &id).await.unwrap().unwrap().redrives, 2);
 }
 
+/// `max_redrives` combines with a cut-off and a limit: a dead letter is
+/// taken only when it passes all three.
 pub async fn max_redrives_combines_with_cut_off_and_limit(b: Arc<dyn Broker>) {
     let ids = kill(&*b, "q", &["a", "b", "c"]).await;
     // Redrive a once, and let it die again: a has 1 redrive and died last.
@@ -242,6 +253,8 @@ async fn kill_many(b: &dyn Broker, queue: &str, n: usize) -> Vec<String> {
     ids
 }
 
+/// Replays by id and by limit reach across thousands of dead letters
+/// (more than one Redis script looks at in one go).
 pub async fn replay_walks_a_long_dead_letter_stream(b: Arc<dyn Broker>) {
     // Longer than one Redis script looks at in one go (1000).
     let ids = kill_many(&*b, "q", 2500).await;
@@ -275,6 +288,7 @@ pub async fn replay_walks_a_long_dead_letter_stream(b: Arc<dyn Broker>) {
     assert_eq!(back, expected, "the scattered three, then the oldest 1200");
 }
 
+/// Redrives running at once move each dead letter exactly once.
 pub async fn concurrent_redrives_move_each_dead_letter_once(b: Arc<dyn Broker>) {
     let ids = kill_many(&*b, "q", 60).await;
     let mut replays = tokio::task::JoinSet::new();
@@ -299,13 +313,3 @@ pub async fn concurrent_redrives_move_each_dead_letter_once(b: Arc<dyn Broker>) 
     assert_eq!(back, want);
     assert!(dead_ids(&*b, "q").await.0.is_empty());
 }
-
-on_every_backend!(broker:
-    replay_cut_off_takes_only_those_dead_long_enough,
-    replay_limit_takes_those_that_died_first,
-    replay_ids_combine_with_cut_off_and_limit,
-    redrives_stop_at_max_and_manual_replay_keeps_the_count,
-    max_redrives_combines_with_cut_off_and_limit,
-    replay_walks_a_long_dead_letter_stream,
-    concurrent_redrives_move_each_dead_letter_once,
-);

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::process::{reap, run_with_deadline};
+use super::process::{reap, run_with_deadline};
 
 /// How long a server gets to answer PING (and finish loading its AOF).
 const START_DEADLINE: Duration = Duration::from_secs(10);
@@ -35,7 +35,7 @@ const CLUSTER_BUS_OFFSET: u16 = 10000;
 ///
 /// A missing Redis is a broken test machine, not a reason to skip: a skipped
 /// broker test would pass silently and hide regressions.
-pub fn require_redis() -> PathBuf {
+fn require_redis() -> PathBuf {
     let server = find_on_path("redis-server").unwrap_or_else(|| {
         panic!(
             "redis-server not found: install it with `apt-get install redis-server` (scripts/test does this)"
@@ -152,6 +152,7 @@ impl RedisServer {
 
     /// A connection of the test's own, to look at or write into the keys
     /// sluice keeps.
+    #[cfg(feature = "redis")]
     pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
         redis::Client::open(self.url())
             .unwrap()
@@ -242,6 +243,8 @@ impl Drop for RedisServer {
 /// A three-master Redis Cluster of real processes, for the broker's cluster
 /// mode (hash-tagged keys, MOVED redirects, a node going down).
 pub struct RedisCluster {
+    /// The nodes, in the order they were started; with replicas, which of
+    /// them are masters changes with failovers ([`RedisCluster::role`]).
     pub nodes: Vec<RedisServer>,
 }
 
@@ -319,8 +322,17 @@ impl RedisCluster {
         }
 
         let cluster = RedisCluster { nodes };
+        cluster.wait_formed(started, count);
+        cluster
+    }
+
+    /// Waits until every node says `cluster_state:ok` with all slots
+    /// assigned and `count` nodes known, and every replica has synced; fails
+    /// the test with each node's state and log at [`CLUSTER_DEADLINE`] after
+    /// `started`.
+    fn wait_formed(&self, started: Instant, count: usize) {
         loop {
-            let states: Vec<String> = cluster
+            let states: Vec<String> = self
                 .nodes
                 .iter()
                 .map(|n| {
@@ -333,12 +345,12 @@ impl RedisCluster {
                 has_line(s, "cluster_state:ok")
                     && has_line(s, "cluster_slots_assigned:16384")
                     && has_line(s, &format!("cluster_known_nodes:{count}"))
-            }) && cluster.replicas_synced();
+            }) && self.replicas_synced();
             if ready {
-                return cluster;
+                return;
             }
             if started.elapsed() >= CLUSTER_DEADLINE {
-                let report: Vec<String> = cluster
+                let report: Vec<String> = self
                     .nodes
                     .iter()
                     .zip(&states)
@@ -575,66 +587,4 @@ fn cli_within(port: u16, args: &[&str], limit: Duration) -> Result<String, Strin
             stdout.trim()
         ))
     }
-}
-
-#[test]
-fn redis_server_starts_restarts_and_keeps_aof_data() {
-    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
-    let port = server.port();
-    assert_eq!(server.url(), format!("redis://127.0.0.1:{port}"));
-    assert_eq!(server.cli(&["SET", "k", "v"]), "OK");
-
-    server.kill();
-    server.kill(); // idempotent
-    assert!(
-        probe(port, &["PING"]).is_err(),
-        "a killed server must not answer"
-    );
-
-    server.restart();
-    assert_eq!(server.port(), port);
-    assert!(has_line(&server.info("persistence"), "aof_enabled:1"));
-    assert_eq!(server.cli(&["GET", "k"]), "v");
-}
-
-#[test]
-fn redis_cluster_forms_with_three_masters() {
-    let started = Instant::now();
-    let cluster = RedisCluster::start();
-    eprintln!("cluster formed in {:?}", started.elapsed());
-    assert_eq!(cluster.nodes.len(), 3);
-    assert_eq!(cluster.url(), cluster.nodes[0].url());
-    assert_eq!(cluster.urls().len(), 3);
-
-    let info = cluster.nodes[0]
-        .cli(&["CLUSTER", "INFO"])
-        .replace("\r\n", "\n");
-    assert!(has_line(&info, "cluster_state:ok"), "{info}");
-    assert!(has_line(&info, "cluster_size:3"), "{info}");
-
-    // Several keys, so at least one lives on a node other than the one asked
-    // and the redirect path is exercised.
-    for i in 0..10 {
-        let key = format!("key-{i}");
-        let value = format!("value-{i}");
-        assert_eq!(cluster.nodes[0].cli(&["-c", "SET", &key, &value]), "OK");
-        assert_eq!(cluster.nodes[1].cli(&["-c", "GET", &key]), value);
-    }
-}
-
-#[test]
-fn redis_server_start_has_persistence_off_and_drop_kills_it() {
-    let server = RedisServer::start();
-    let port = server.port();
-    assert_eq!(
-        server.cli(&["CONFIG", "GET", "appendonly"]),
-        "appendonly\nno"
-    );
-    assert_eq!(server.cli(&["CONFIG", "GET", "save"]), "save");
-    assert!(has_line(&server.info("persistence"), "loading:0"));
-    drop(server);
-    assert!(
-        probe(port, &["PING"]).is_err(),
-        "a dropped server must not answer"
-    );
 }

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::broker::{Broker, ClaimState, Flow, KeyClaim, KeyOf, Settlement};
-use sluice::client::{Client, PublishError, PublishOptions};
-use sluice::message::Delivery;
+use crate::client::{Client, PublishError, PublishOptions};
+use crate::message::Delivery;
+use crate::{Broker, ClaimState, Flow, KeyClaim, KeyOf, Settlement};
 
 use super::{LEASE, SHORT, msg, receive_n, receive_one, stats_until};
 
@@ -61,7 +61,7 @@ pub async fn a_done_stalled_past_its_lease_is_counted_once(b: Arc<dyn Broker>) {
         let taken = b.claim(queue, &[claim(&current.receipt)], LEASE).await;
         assert_eq!(taken.unwrap(), [ClaimState::Acquired], "{queue}");
         // What the stalled host believed when it checked.
-        stalled.lease_until_ms = sluice::message::now_ms() + 60_000;
+        stalled.lease_until_ms = crate::message::now_ms() + 60_000;
         let done = |delivery| Settlement::Done {
             delivery,
             key: Some(("k".to_string(), Duration::from_secs(60))),
@@ -119,6 +119,8 @@ pub async fn a_key_is_held_by_one_delivery_at_a_time(b: Arc<dyn Broker>) {
     );
 }
 
+/// [`Client`] publishes one message, one with a key, a header and a delay,
+/// and several at once; a bad queue name or an oversized payload is refused.
 pub async fn the_client_publishes_with_options(b: Arc<dyn Broker>) {
     let client = Client::from_broker(b.clone()).with_max_message_size(64);
     let id = client.publish("q", b"plain").await.unwrap();
@@ -153,15 +155,9 @@ pub async fn the_client_publishes_with_options(b: Arc<dyn Broker>) {
     }
 }
 
-/// A batch of settlements written again after its reply was lost (the
-/// broker had applied it: the connection dropped after the commit, and the
-/// worker writes a batch again until the broker takes it) applies nothing
-/// twice: the retry is counted once, the defer gives back one attempt, the
-/// dead letter, the dones and the publish stay one each, and nothing is
-/// counted again: the broker knows the second write for the first one's
-/// (the same settlements, with the same receipts), so it counts no lost
-/// leases either. A write of other settlements is applied as usual.
-pub async fn a_settle_written_again_applies_nothing_twice(b: Arc<dyn Broker>) {
+/// Messages `a` to `e` of queue `q`, received: `a` to `d` on their first
+/// attempt, sorted by payload, and `e` on its second (after a retry).
+async fn four_and_a_second_attempt(b: &dyn Broker) -> (Vec<Delivery>, Delivery) {
     b.publish(vec![
         msg("q", "a"),
         msg("q", "b"),
@@ -171,7 +167,7 @@ pub async fn a_settle_written_again_applies_nothing_twice(b: Arc<dyn Broker>) {
     ])
     .await
     .unwrap();
-    let mut ds = receive_n(&*b, "q", 5).await;
+    let mut ds = receive_n(b, "q", 5).await;
     ds.sort_by(|x, y| x.payload.cmp(&y.payload));
     // "e" is on its second attempt when it is deferred.
     let e = ds.pop().unwrap();
@@ -183,16 +179,16 @@ pub async fn a_settle_written_again_applies_nothing_twice(b: Arc<dyn Broker>) {
     }])
     .await
     .unwrap();
-    let e = receive_one(&*b, "q", LEASE).await;
+    let e = receive_one(b, "q", LEASE).await;
     assert_eq!((e.payload.as_slice(), e.attempt), (&b"e"[..], 2));
-    let claim = KeyClaim {
-        key: "k".into(),
-        holder: ds[0].receipt.clone(),
-    };
-    let taken = b.claim("q", &[claim], LEASE).await.unwrap();
-    assert_eq!(taken, [ClaimState::Acquired]);
-    let e_deferred = e.clone();
-    let batch = vec![
+    (ds, e)
+}
+
+/// The batch [`a_settle_written_again_applies_nothing_twice`] writes twice:
+/// a done holding key `k` for `ds[0]`, a retry for `ds[1]`, a dead letter
+/// for `ds[2]`, a done with a publish for `ds[3]`, and a defer for `e`.
+fn one_of_each(ds: &[Delivery], e: Delivery) -> Vec<Settlement> {
+    vec![
         Settlement::Done {
             delivery: ds[0].clone(),
             key: Some(("k".to_string(), Duration::from_secs(60))),
@@ -222,7 +218,27 @@ pub async fn a_settle_written_again_applies_nothing_twice(b: Arc<dyn Broker>) {
             delay: Duration::ZERO,
             key: None,
         },
-    ];
+    ]
+}
+
+/// A batch of settlements written again after its reply was lost (the
+/// broker had applied it: the connection dropped after the commit, and the
+/// worker writes a batch again until the broker takes it) applies nothing
+/// twice: the retry is counted once, the defer gives back one attempt, the
+/// dead letter, the dones and the publish stay one each, and nothing is
+/// counted again: the broker knows the second write for the first one's
+/// (the same settlements, with the same receipts), so it counts no lost
+/// leases either. A write of other settlements is applied as usual.
+pub async fn a_settle_written_again_applies_nothing_twice(b: Arc<dyn Broker>) {
+    let (ds, e) = four_and_a_second_attempt(&*b).await;
+    let claim = KeyClaim {
+        key: "k".into(),
+        holder: ds[0].receipt.clone(),
+    };
+    let taken = b.claim("q", &[claim], LEASE).await.unwrap();
+    assert_eq!(taken, [ClaimState::Acquired]);
+    let e_deferred = e.clone();
+    let batch = one_of_each(&ds, e);
     b.settle(&batch).await.unwrap();
     let once = b.queue_stats("q").await.unwrap();
     assert_eq!(
@@ -257,10 +273,9 @@ pub async fn a_settle_written_again_applies_nothing_twice(b: Arc<dyn Broker>) {
     assert_eq!((s.retried, s.lost_leases), (2, 1), "{s:?}");
 }
 
-/// Leasing and taking keys in one call (`receive_claiming`, in one step
-/// where the broker can): each delivery comes with the key `key_of` gave
-/// it, and one answer per key, as `claim` would give, held by its receipt.
-pub async fn a_receive_takes_the_keys_it_is_given(b: Arc<dyn Broker>) {
+/// In queue `q`, key `done` finished and key `busy` held by another
+/// delivery.
+async fn key_done_and_key_busy(b: &dyn Broker) {
     // "done" was finished before, "busy" is held by another delivery.
     let other = KeyClaim {
         key: "busy".into(),
@@ -271,7 +286,7 @@ pub async fn a_receive_takes_the_keys_it_is_given(b: Arc<dyn Broker>) {
         [ClaimState::Acquired]
     );
     b.publish(vec![msg("q", "done")]).await.unwrap();
-    let first = receive_one(&*b, "q", LEASE).await;
+    let first = receive_one(b, "q", LEASE).await;
     b.settle(&[Settlement::Done {
         delivery: first,
         key: Some(("done".to_string(), Duration::from_secs(60))),
@@ -279,6 +294,13 @@ pub async fn a_receive_takes_the_keys_it_is_given(b: Arc<dyn Broker>) {
     }])
     .await
     .unwrap();
+}
+
+/// Leasing and taking keys in one call (`receive_claiming`, in one step
+/// where the broker can): each delivery comes with the key `key_of` gave
+/// it, and one answer per key, as `claim` would give, held by its receipt.
+pub async fn a_receive_takes_the_keys_it_is_given(b: Arc<dyn Broker>) {
+    key_done_and_key_busy(&*b).await;
     let payloads = ["free", "none", "done", "busy"];
     b.publish(payloads.iter().map(|p| msg("q", p)).collect())
         .await
@@ -327,12 +349,3 @@ pub async fn a_receive_takes_the_keys_it_is_given(b: Arc<dyn Broker>) {
     let s = b.queue_stats("q").await.unwrap();
     assert_eq!((s.ready, s.in_flight), (0, 4), "{s:?}");
 }
-
-on_every_backend!(broker:
-    a_receive_takes_the_keys_it_is_given,
-    a_settle_written_again_applies_nothing_twice,
-    a_late_plain_done_is_refused,
-    a_done_stalled_past_its_lease_is_counted_once,
-    a_key_is_held_by_one_delivery_at_a_time,
-    the_client_publishes_with_options,
-);

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::broker::{Broker, Flow, Rate, Settlement};
-use sluice::message::Delivery;
+use crate::message::Delivery;
+use crate::{Broker, Flow, Rate, Settlement};
 
 use super::{LEASE, SHORT, msg};
 
@@ -117,9 +117,3 @@ pub async fn rate_spends_a_bucket_of_one_second(b: Arc<dyn Broker>) {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(b.receive("q", 40, LEASE, five).await.unwrap().len(), 5);
 }
-
-on_every_backend!(broker:
-    max_in_flight_caps_the_leases_of_a_queue,
-    an_expired_lease_frees_its_place,
-    rate_spends_a_bucket_of_one_second,
-);

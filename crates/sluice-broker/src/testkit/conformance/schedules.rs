@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use sluice::broker::{Broker, BrokerError, LastTick, Tick};
+use crate::{Broker, BrokerError, LastTick, Tick};
 
 use super::{msg, receive_n};
 
@@ -94,8 +94,3 @@ pub async fn hosts_trying_the_same_ticks_fire_each_once(b: Arc<dyn Broker>) {
     assert_eq!(payloads, want);
     assert_eq!(b.queue_stats("cron").await.unwrap().pending(), 20);
 }
-
-on_every_backend!(broker:
-    a_tick_fires_once_with_its_message,
-    hosts_trying_the_same_ticks_fire_each_once,
-);

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use sluice::broker::Broker;
+use crate::Broker;
 
 use super::msg;
 
@@ -27,7 +27,3 @@ pub async fn a_pause_is_stored_listed_and_undone(b: Arc<dyn Broker>) {
     assert_eq!(b.paused().await.unwrap(), ["later"]);
     assert!(!b.queue_stats("a").await.unwrap().paused);
 }
-
-on_every_backend!(broker:
-    a_pause_is_stored_listed_and_undone,
-);

@@ -1,13 +1,18 @@
-//! Child processes with deadlines, for the test servers (`redis_support`,
-//! `pg_support`) and the benchmark harness, which shares `pg_support`: a
-//! command that hangs fails its caller instead of the whole run.
+//! Child processes with deadlines, for the test servers ([`PgServer`],
+//! [`RedisServer`]) and whatever else a test runs: a command that hangs
+//! fails its caller instead of the whole run.
+//!
+//! [`PgServer`]: super::PgServer
+//! [`RedisServer`]: super::RedisServer
 
 use std::io::Read;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-/// Runs a command to completion or kills it at the deadline. Output is read
-/// on threads so a chatty command cannot block on a full pipe.
+/// Runs a command to completion or kills it at the deadline: its exit
+/// status, stdout and stderr (lossily UTF-8), or why it could not be run or
+/// did not finish in time. Output is read on threads so a chatty command
+/// cannot block on a full pipe; stdin is closed.
 pub fn run_with_deadline(
     mut cmd: Command,
     limit: Duration,
@@ -43,7 +48,8 @@ pub fn run_with_deadline(
     Ok((status, out.join().unwrap(), err.join().unwrap()))
 }
 
-/// SIGKILL (what `Child::kill` sends on Unix) and reap.
+/// SIGKILL (what `Child::kill` sends on Unix) and reap; errors are ignored,
+/// so a child that has exited already is reaped all the same.
 pub fn reap(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();

@@ -5,12 +5,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::broker::{Broker, BrokerError};
+use crate::{Broker, BrokerError};
 
 async fn get(b: &dyn Broker, scope: &str, key: &str) -> Option<Vec<u8>> {
     b.kv_get(scope, key).await.unwrap()
 }
 
+/// A set is read back and a second set replaces it; values are any bytes,
+/// empty included, and keys any text.
 pub async fn kv_set_get_overwrite(b: Arc<dyn Broker>) {
     assert_eq!(get(&*b, "a", "k").await, None, "a key never set");
     b.kv_set("a", "k", b"one".to_vec(), None).await.unwrap();
@@ -33,6 +35,9 @@ pub async fn kv_set_get_overwrite(b: Arc<dyn Broker>) {
     );
 }
 
+/// A key with a time to live is gone once it passes, and counts as never
+/// set; a set without one makes a key permanent again. A time to live of
+/// zero or over ten years is refused and writes nothing.
 pub async fn kv_ttl_expires_and_set_replaces_it(b: Arc<dyn Broker>) {
     let short = Some(Duration::from_millis(200));
     b.kv_set("a", "brief", b"v".to_vec(), short).await.unwrap();
@@ -68,6 +73,7 @@ pub async fn kv_ttl_expires_and_set_replaces_it(b: Arc<dyn Broker>) {
     );
 }
 
+/// A delete removes the key and says whether there was one to remove.
 pub async fn kv_delete_says_whether_it_was_set(b: Arc<dyn Broker>) {
     b.kv_set("a", "k", b"v".to_vec(), None).await.unwrap();
     assert!(b.kv_delete("a", "k").await.unwrap());
@@ -76,6 +82,9 @@ pub async fn kv_delete_says_whether_it_was_set(b: Arc<dyn Broker>) {
     assert!(!b.kv_delete("a", "never").await.unwrap());
 }
 
+/// An increment starts a missing key from zero, adds any signed amount to
+/// a value that spells a decimal integer, stores the sum as decimal text
+/// and keeps the key's expiry.
 pub async fn kv_increment_creates_adds_and_keeps_expiry(b: Arc<dyn Broker>) {
     assert_eq!(b.kv_increment("a", "n", 5).await.unwrap(), 5, "new key");
     assert_eq!(b.kv_increment("a", "n", -7).await.unwrap(), -2);
@@ -101,6 +110,8 @@ pub async fn kv_increment_creates_adds_and_keeps_expiry(b: Arc<dyn Broker>) {
     );
 }
 
+/// An increment of a value that is not a plain decimal `i64`, or one that
+/// would overflow, is refused with the exact error text and changes nothing.
 pub async fn kv_increment_refuses_non_integers_and_overflow(b: Arc<dyn Broker>) {
     for (i, value) in ["abc", "1.5", " 7", "+1", "01", "", "99999999999999999999"]
         .iter()
@@ -138,6 +149,8 @@ pub async fn kv_increment_refuses_non_integers_and_overflow(b: Arc<dyn Broker>) 
     assert_eq!(b.kv_increment("a", "max", -1).await.unwrap(), i64::MAX - 1);
 }
 
+/// Increments racing on one key are atomic: each sees a distinct running
+/// total, and none is lost.
 pub async fn kv_concurrent_increments_sum_exactly(b: Arc<dyn Broker>) {
     const TASKS: i64 = 8;
     const EACH: i64 = 25;
@@ -166,6 +179,8 @@ pub async fn kv_concurrent_increments_sum_exactly(b: Arc<dyn Broker>) {
     assert_eq!(results.last().copied(), Some(total));
 }
 
+/// Scopes are separate stores: the same key in two scopes holds two values,
+/// even for scopes and keys that would run together if simply joined.
 pub async fn kv_scopes_are_isolated(b: Arc<dyn Broker>) {
     b.kv_set("a", "shared", b"from a".to_vec(), None)
         .await
@@ -208,13 +223,3 @@ pub async fn kv_scopes_are_isolated(b: Arc<dyn Broker>) {
         );
     }
 }
-
-on_every_backend!(broker:
-    kv_set_get_overwrite,
-    kv_ttl_expires_and_set_replaces_it,
-    kv_delete_says_whether_it_was_set,
-    kv_increment_creates_adds_and_keeps_expiry,
-    kv_increment_refuses_non_integers_and_overflow,
-    kv_concurrent_increments_sum_exactly,
-    kv_scopes_are_isolated,
-);

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::process::run_with_deadline;
+use super::process::run_with_deadline;
 
 /// `pg_ctl -t`: how long a server gets to start or stop.
 const CTL_WAIT_SECS: &str = "30";
@@ -161,7 +161,6 @@ impl PgServer {
 
     /// A cluster as durable as a production one (`fsync`, full page writes
     /// and `synchronous_commit` on, the defaults): for the benchmarks.
-    #[allow(dead_code)]
     pub fn start_durable() -> Self {
         Self::start_as(true)
     }

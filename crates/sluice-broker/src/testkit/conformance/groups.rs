@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice::broker::{
+use crate::message::{Delivery, NewMessage};
+use crate::{
     Broker, ClaimState, Flow, GroupSource, KeyClaim, OrderedGroups, ReplaySelector, Settlement,
 };
-use sluice::message::{Delivery, NewMessage};
 
 use super::{LEASE, msg, stats_until};
 
@@ -390,13 +390,3 @@ pub async fn a_delayed_member_waits_for_its_turn_and_its_time(b: Arc<dyn Broker>
     let s = stats_until(&*b, "q", |s| s.done == 4).await;
     assert_eq!(s.pending(), 0, "{s:?}");
 }
-
-on_every_backend!(broker:
-    a_delayed_member_waits_for_its_turn_and_its_time,
-    keyed_acks_move_their_groups_on,
-    a_settlement_written_twice_moves_its_group_on_once,
-    a_batch_mixing_repeated_acks_moves_each_group_on_once,
-    a_group_is_leased_one_message_at_a_time_in_order,
-    a_dead_message_moves_its_group_on_or_blocks_it,
-    held_publishes_join_their_group_and_dropping_the_ordering_frees_it,
-);
