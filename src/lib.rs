@@ -34,75 +34,48 @@
 //!
 //! # The parts
 //!
-//! Each depends only on those listed before it (no module imports one
-//! that imports it back; the `layout` test checks this):
+//! The crate is four folders, each a layer that depends only on those
+//! before it (no module imports one that imports it back, in any folder;
+//! the `layout` test checks this):
 //!
 //! * `broker` — the crate `sluice-broker`, re-exported with its modules
 //!   `units`, `error`, `message`, `policy`, `topic`, `publish` and
 //!   `client` (crate-private names here): the envelope, retry decisions,
 //!   topics, the broker's roles and backends, and `Client`.
-//! * `files` — bounded reads of regular files only.
-//! * `trace` — one span per attempt, and OTLP export (the trace context in
-//!   headers is the broker crate's).
-//! * `schedule` — cron schedules: which ticks are due, and what the
-//!   hosts and the broker say of each.
-//! * `config` — `sluice.toml` and handler sidecars, every number checked
+//! * `base/` — what both sides build on: bounded reads of regular files
+//!   (`files`), one span per attempt and OTLP export (`trace`; the trace
+//!   context in headers is the broker crate's), and cron schedules: which
+//!   ticks are due, and what the hosts and the broker say of each
+//!   (`schedule`).
+//! * `config/` — `sluice.toml` and handler sidecars, every number checked
 //!   against its documented bounds.
-//! * `pause` — the host's view of which queues are paused.
-//! * `wit` — the `bindgen!`s: the types of the WIT packages in `wit/` (0.2.0, and 0.1.0 still served).
-//! * `host` — a handler's store, and the host side of each imported
-//!   WIT interface.
-//! * `runtime` — the wasmtime engine, the epoch deadline and one loaded
-//!   handler version (`runtime::Handler`).
-//! * `metrics` — the Prometheus metrics a host serves.
-//! * `check` — validating a component against the `handler` world.
-//! * `cache` — compiled components by content hash, in memory and on disk.
-//! * `loader` — a handler file and its sidecar, read, compiled and checked.
-//! * `bind` — the broker's topic bindings kept as the sidecars declare.
-//! * `worker` — the dispatch loop of one queue.
-//! * `stall` — which queues the watchdog found stalled, and why.
-//! * `registry` — the live set of handlers: swap, unload, refusals.
-//! * `reload` — watching the handlers directory for complete changes.
-//! * `redrive` — putting dead letters back on their queue on a schedule.
-//! * `ticker` — firing the handlers' cron schedules through the broker,
-//!   each tick once across hosts.
-//! * `watchdog` — a queue that has work and room for it but does not
-//!   move: logged, on `/readyz` and in the metrics.
-//! * `admin` — the admin HTTP endpoint: metrics, health, the JSON API and
-//!   the dashboard.
-//! * `app` — `run`: the registry, the watcher, the host's loops, shutdown.
+//! * `sandbox/` — the guest side: the WIT bindings (`wit`), the host side
+//!   of each imported WIT interface and a handler's store (`imports`), the
+//!   wasmtime engine, the epoch deadline and one loaded handler version
+//!   (`runtime`), validating a component against the worlds (`check`),
+//!   compiled components by content hash (`cache`), and a handler file
+//!   with its sidecar read, compiled and checked (`loader`).
+//! * `serve/` — the serving side: the dispatch loop of one queue
+//!   (`worker`), the live set of handlers (`registry`), the broker's
+//!   bindings kept as the sidecars declare (`bind`), watching the handlers
+//!   directory (`reload`), scheduled redrive (`redrive`), firing cron
+//!   ticks (`ticker`), paused queues (`pause`), the stall watchdog
+//!   (`stall`, `watchdog`), the Prometheus metrics (`metrics`), the admin
+//!   endpoint (`admin`) and `run` itself (`app`).
 //! * [`cli`] — the `sluice` command line.
 
 #![deny(missing_docs)]
 #![cfg_attr(feature = "testkit", warn(unreachable_pub))]
 
-mod admin;
-mod app;
-mod bind;
-mod cache;
-mod check;
+mod base;
 pub mod cli;
 mod config;
-mod files;
-mod host;
-mod loader;
-mod metrics;
-mod pause;
-mod redrive;
-mod registry;
-mod reload;
-mod runtime;
-mod schedule;
-mod stall;
+mod sandbox;
+mod serve;
 #[cfg(feature = "testkit")]
 pub mod testkit;
-mod ticker;
-mod trace;
-mod watchdog;
-mod wit;
-mod worker;
 
-pub use app::{AdminOptions, RunOptions, run};
-pub use cache::CacheFiles;
+pub use sandbox::cache::CacheFiles;
+pub use serve::app::{AdminOptions, RunOptions, run};
 pub use sluice_broker as broker;
 use sluice_broker::{client, error, message, policy, publish, topic, units};

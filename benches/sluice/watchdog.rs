@@ -19,7 +19,9 @@ pub async fn bench(rounds: usize) {
         let mut rates = Vec::new();
         for (mode, stall_after) in order {
             let rate = drain(cache.path(), stall_after).await;
-            println!("watchdog {mode:<3} host drain of {MESSAGES} hello messages (SQLite): {rate:>9.0} msg/s");
+            println!(
+                "watchdog {mode:<3} host drain of {MESSAGES} hello messages (SQLite): {rate:>9.0} msg/s"
+            );
             rates.push((mode, rate));
         }
         let of = |m: &str| rates.iter().find(|(mode, _)| *mode == m).unwrap().1;
@@ -72,6 +74,10 @@ async fn drain(cache: &std::path::Path, stall_after: Option<Duration>) -> f64 {
         .unwrap();
     let elapsed = start.elapsed();
     let q = broker.queue_stats("hello").await.unwrap();
-    assert_eq!((q.done, q.pending()), (MESSAGES as u64, 0), "every message done");
+    assert_eq!(
+        (q.done, q.pending()),
+        (MESSAGES as u64, 0),
+        "every message done"
+    );
     MESSAGES as f64 / elapsed.as_secs_f64()
 }

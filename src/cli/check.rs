@@ -6,9 +6,9 @@ use anyhow::Result;
 use clap::Args;
 
 use super::Context;
+use crate::base::files::read_regular;
 use crate::error::chain;
-use crate::files::read_regular;
-use crate::runtime::Runtime;
+use crate::sandbox::runtime::Runtime;
 use crate::units::format_size;
 
 /// The arguments of `sluice check`.
@@ -23,7 +23,7 @@ pub(crate) fn check(ctx: &Context, args: CheckArgs) -> Result<()> {
     let bytes = read_regular(&args.file, limit, "raise max_component_size in sluice.toml")
         .map_err(|e| anyhow::anyhow!(chain(&e)))?;
     let runtime = Runtime::new()?;
-    let report = crate::check::check(&runtime, &bytes)
+    let report = crate::sandbox::check::check(&runtime, &bytes)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
     if ctx.json {
         return super::print_json(&report);
@@ -35,7 +35,7 @@ pub(crate) fn check(ctx: &Context, args: CheckArgs) -> Result<()> {
         format_size(report.size)
     );
     for import in &report.imports {
-        match crate::check::refusal(import) {
+        match crate::sandbox::check::refusal(import) {
             Some(reason) => outln!("  import {import}  (refused: {reason})"),
             None => outln!("  import {import}"),
         }
@@ -43,7 +43,7 @@ pub(crate) fn check(ctx: &Context, args: CheckArgs) -> Result<()> {
     for export in &report.exports {
         outln!("  export {export}");
     }
-    if report.world == crate::runtime::World::HandlerV1.name() {
+    if report.world == crate::sandbox::runtime::World::HandlerV1.name() {
         outln!(
             "  built for sluice:handler@0.1.0: served as it is; rebuild against 0.2.0 for snooze, the lease imports and batches (docs/handlers.md, \"Upgrading from 0.1.0\")"
         );

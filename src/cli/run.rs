@@ -6,12 +6,12 @@ use anyhow::Result;
 use clap::Args;
 
 use super::Context;
-use crate::admin::{DEFAULT_ADDR, TOKEN_ENV};
-use crate::app::{AdminOptions, RunOptions, run as run_app};
-use crate::cache::CacheFiles;
+use crate::base::trace::OTLP_ENDPOINT_ENV;
 use crate::config::StallAfter;
-use crate::trace::OTLP_ENDPOINT_ENV;
-use crate::watchdog::DEFAULT_STALL_AFTER;
+use crate::sandbox::cache::CacheFiles;
+use crate::serve::admin::{DEFAULT_ADDR, TOKEN_ENV};
+use crate::serve::app::{AdminOptions, RunOptions, run as run_app};
+use crate::serve::watchdog::DEFAULT_STALL_AFTER;
 
 /// The arguments of `sluice run`.
 #[derive(Debug, Args)]

@@ -4,9 +4,9 @@ use anyhow::Result;
 use clap::Args;
 
 use super::Context;
+use crate::base::schedule::{self, ScheduleView};
 use crate::broker::{HandlerStatus, QueueStats, fresh_statuses};
 use crate::message::now_ms;
-use crate::schedule::{self, ScheduleView};
 
 /// The arguments of `sluice stats`.
 #[derive(Debug, Args)]

@@ -8,8 +8,8 @@ use chrono_tz::Tz;
 use serde::Deserialize;
 
 use super::bounds;
+use crate::base::schedule::{self, CatchUp, Schedule};
 use crate::message::MAX_HEADERS;
-use crate::schedule::{self, CatchUp, Schedule};
 
 /// One `[[schedule]]` table, as written.
 #[derive(Debug, Deserialize)]
@@ -110,8 +110,8 @@ fn headers(at: &str, raw: BTreeMap<String, String>) -> Result<Vec<(String, Strin
 mod tests {
     use std::path::Path;
 
+    use crate::base::schedule::CatchUp;
     use crate::config::HandlerSpec;
-    use crate::schedule::CatchUp;
 
     fn parse(text: &str) -> anyhow::Result<HandlerSpec> {
         HandlerSpec::parse("reports", Path::new("handlers/reports.toml"), text)

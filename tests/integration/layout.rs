@@ -1,6 +1,7 @@
 //! The shape of the source tree, which the compiler does not check: in each
-//! crate of the workspace, the top-level modules import each other without a
-//! cycle, and every broker backend has the same file for each role. `scripts/structure`
+//! crate of the workspace, the modules of every folder (the crate's root
+//! included) import each other without a cycle, and every broker backend
+//! has the same file for each role. `scripts/structure`
 //! prints the same graph, and more, for a person to read.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -53,29 +54,21 @@ fn code(text: &str) -> String {
         .join("\n")
 }
 
-/// The top-level modules named through `crate::` in `code`, as
-/// `crate::name` or inside `crate::{a, b::c}`.
-fn named_modules(code: &str) -> BTreeSet<String> {
-    let mut found = BTreeSet::new();
-    let ident = |s: &str| -> String {
-        s.chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect()
-    };
-    for (i, _) in code.match_indices("crate::") {
-        let rest = &code[i + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            for item in top_level_items(group) {
-                let name = ident(item.trim());
-                if !name.is_empty() {
-                    found.insert(name);
-                }
-            }
-        } else {
-            found.insert(ident(rest));
-        }
+/// A module's path, as `Vec<String>` from the crate's root.
+type ModPath = Vec<String>;
+
+/// The module a file is: `redis/queue.rs` is `[redis, queue]`,
+/// `redis/mod.rs` and `redis.rs` are `[redis]`, `lib.rs` is `[]`.
+fn module_path(root: &Path, file: &Path) -> ModPath {
+    let rel = file.strip_prefix(root).unwrap().with_extension("");
+    let mut parts: ModPath = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") || parts == ["lib"] || parts == ["main"] {
+        parts.pop();
     }
-    found
+    parts
 }
 
 /// The items of a `use` group that `group` starts just inside of (after its
@@ -102,36 +95,142 @@ fn top_level_items(group: &str) -> Vec<&str> {
     items
 }
 
-#[test]
-fn a_use_group_is_split_at_its_own_commas_only() {
-    let found = named_modules("use crate::{broker::{Queue, Settlement}, config::Spec, message};");
-    let names: Vec<&str> = found.iter().map(String::as_str).collect();
-    assert_eq!(names, ["broker", "config", "message"]);
+/// The paths that a path written at the start of `text` names, its groups
+/// expanded: `a::{b, c::D}` is `[a, b]` and `[a, c, D]`.
+fn use_tree(text: &str) -> Vec<ModPath> {
+    let mut segments = ModPath::new();
+    let mut rest = text;
+    loop {
+        let trimmed = rest.trim_start();
+        let ident: String = trimmed
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !ident.is_empty() {
+            segments.push(ident.clone());
+            rest = &trimmed[ident.len()..];
+            match rest.strip_prefix("::") {
+                Some(after) => rest = after,
+                None => return vec![segments],
+            }
+        } else if let Some(group) = trimmed.strip_prefix('{') {
+            let mut out = Vec::new();
+            for item in top_level_items(group) {
+                for tail in use_tree(item) {
+                    let mut path = segments.clone();
+                    if tail != ["self"] {
+                        path.extend(tail);
+                    }
+                    out.push(path);
+                }
+            }
+            return out;
+        } else {
+            return vec![segments];
+        }
+    }
 }
 
-/// The module graph of one crate's sources: each top-level module and those
-/// it names.
-fn module_graph(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
+/// Every path `code` names through `crate::`, `super::` and `self::`,
+/// resolved from the module `at`, from the crate's root.
+fn named_paths(code: &str, at: &[String]) -> Vec<ModPath> {
+    let mut found = Vec::new();
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while i < code.len() {
+        let starts_word =
+            i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || b"_:".contains(&bytes[i - 1]));
+        let rest = &code[i..];
+        let base: Option<(ModPath, usize)> = if !starts_word {
+            None
+        } else if rest.starts_with("crate::") {
+            Some((Vec::new(), "crate::".len()))
+        } else if rest.starts_with("self::") {
+            Some((at.to_vec(), "self::".len()))
+        } else if rest.starts_with("super::") {
+            let step = "super::".len();
+            let ups = (0..)
+                .take_while(|n| rest[n * step..].starts_with("super::"))
+                .count();
+            Some((at[..at.len().saturating_sub(ups)].to_vec(), ups * step))
+        } else {
+            None
+        };
+        match base {
+            Some((base, len)) => {
+                for tail in use_tree(&rest[len..]) {
+                    let mut path = base.clone();
+                    path.extend(tail);
+                    found.push(path);
+                }
+                i += len;
+            }
+            None => i += rest.chars().next().map_or(1, char::len_utf8),
+        }
+    }
+    found
+}
+
+/// The module graphs of one crate's sources: for each folder module (`[]`
+/// for the crate's root), which of its child modules name which. A file
+/// that names a path outside its own module adds an edge where the two
+/// part: `redis/queue.rs` naming `crate::redis::relay::X` is `queue ->
+/// relay` in the folder `[redis]`.
+fn module_graphs(root: &Path) -> BTreeMap<ModPath, BTreeMap<String, BTreeSet<String>>> {
     let mut files = Vec::new();
     rust_files(root, &mut files);
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for file in files {
-        let rel = file.strip_prefix(root).unwrap();
-        let first = rel.components().next().unwrap().as_os_str();
-        let module = first.to_str().unwrap().trim_end_matches(".rs").to_string();
-        if module == "lib" || module == "main" {
-            continue;
+    let files: Vec<(PathBuf, ModPath)> = files
+        .into_iter()
+        .map(|f| {
+            let at = module_path(root, &f);
+            (f, at)
+        })
+        .collect();
+    let mut graphs: BTreeMap<ModPath, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (_, at) in &files {
+        for k in 0..at.len() {
+            graphs
+                .entry(at[..k].to_vec())
+                .or_default()
+                .entry(at[k].clone())
+                .or_default();
         }
-        let text = std::fs::read_to_string(&file).unwrap();
-        let deps = graph.entry(module.clone()).or_default();
-        deps.extend(named_modules(&code(&text)));
-        deps.remove(&module);
     }
-    let modules: BTreeSet<String> = graph.keys().cloned().collect();
-    for deps in graph.values_mut() {
-        deps.retain(|d| modules.contains(d));
+    for (file, at) in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for named in named_paths(&code(&text), at) {
+            let k = at.iter().zip(&named).take_while(|(a, b)| a == b).count();
+            if k < at.len() && k < named.len() {
+                let siblings = graphs.get_mut(&at[..k]).unwrap();
+                if siblings.contains_key(&named[k]) {
+                    siblings.get_mut(&at[k]).unwrap().insert(named[k].clone());
+                }
+            }
+        }
     }
-    graph
+    graphs
+}
+
+#[test]
+fn a_use_group_is_split_at_its_own_commas_only() {
+    let at = ["worker".to_string(), "call".to_string()];
+    let found = named_paths(
+        "use crate::{broker::{Queue, Settlement}, config::Spec, message};\nuse super::{self, keep::K};\nuse super::super::cli;",
+        &at,
+    );
+    let shown: Vec<String> = found.iter().map(|p| p.join("::")).collect();
+    assert_eq!(
+        shown,
+        [
+            "broker::Queue",
+            "broker::Settlement",
+            "config::Spec",
+            "message",
+            "worker",
+            "worker::keep::K",
+            "cli"
+        ]
+    );
 }
 
 /// A cycle through `start`, if there is one: the path back to it.
@@ -156,34 +255,37 @@ fn cycle_from(graph: &BTreeMap<String, BTreeSet<String>>, start: &str) -> Option
 }
 
 #[test]
-fn the_modules_of_each_crate_import_each_other_without_a_cycle() {
+fn the_modules_in_every_folder_of_each_crate_import_each_other_without_a_cycle() {
     let roots = crate_sources();
     assert!(
         roots.contains(&broker_src()),
         "no broker crate in {roots:?}"
     );
-    let host = module_graph(&src());
+    let host = module_graphs(&src());
     assert!(
-        host.len() > 15 && host["worker"].contains("runtime"),
-        "the host's graph was not read: {host:?}"
+        host[&vec![]].len() > 3 && host.len() > 5,
+        "the host's graphs were not read: {host:?}"
     );
-    let broker = module_graph(&broker_src());
+    let broker = module_graphs(&broker_src());
     assert!(
-        broker.len() > 10 && broker["sqlite"].contains("message"),
-        "the broker's graph was not read: {broker:?}"
+        broker[&vec![]]["sqlite"].contains("message")
+            && broker[&vec!["redis".to_string()]]["queue"].contains("codec"),
+        "the broker's graphs were not read: {broker:?}"
     );
     for root in roots {
-        let graph = module_graph(&root);
-        let cycles: Vec<String> = graph
-            .keys()
-            .filter_map(|m| cycle_from(&graph, m))
-            .map(|c| c.join(" -> "))
-            .collect();
-        assert!(
-            cycles.is_empty(),
-            "import cycles in {}: {cycles:#?}",
-            root.display()
-        );
+        for (folder, graph) in module_graphs(&root) {
+            let cycles: Vec<String> = graph
+                .keys()
+                .filter_map(|m| cycle_from(&graph, m))
+                .map(|c| c.join(" -> "))
+                .collect();
+            assert!(
+                cycles.is_empty(),
+                "import cycles in {}/{}: {cycles:#?}",
+                root.display(),
+                folder.join("/")
+            );
+        }
     }
 }
 
@@ -195,11 +297,6 @@ fn the_cycle_check_finds_a_cycle() {
     graph.insert("c".to_string(), BTreeSet::from(["a".to_string()]));
     assert_eq!(cycle_from(&graph, "a").unwrap(), ["a", "b", "a"]);
     assert!(cycle_from(&graph, "c").is_none());
-    let names = named_modules("use crate::broker::{A, B};\nuse crate::{topic, message::M};");
-    assert_eq!(
-        names,
-        BTreeSet::from(["broker".to_string(), "topic".into(), "message".into()])
-    );
 }
 
 #[test]

@@ -58,6 +58,7 @@ macro_rules! on_every_backend {
 mod admin;
 mod admin_guard;
 mod bad_input;
+mod book;
 mod bulk_send;
 mod clock;
 mod conformance;

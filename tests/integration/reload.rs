@@ -87,7 +87,7 @@ fn start(env: &Env, log: &Path) -> Child {
     let mut cmd = env.command(&["run", "--handlers", &handlers]);
     cmd.env(
         "SLUICE_LOG",
-        "info,sluice::worker=debug,sluice::loader=debug",
+        "info,sluice::serve::worker=debug,sluice::sandbox::loader=debug",
     )
     .stdout(std::process::Stdio::null())
     .stderr(std::fs::File::create(log).unwrap());

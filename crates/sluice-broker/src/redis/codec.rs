@@ -518,7 +518,8 @@ mod fuzz {
     /// there, so it is tried on every run.
     #[test]
     fn the_corpus_of_replies_reads_as_each_name_says() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/redis");
+        // The workspace keeps one corpus, at its root.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus/redis");
         let mut files: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().path())

@@ -71,6 +71,24 @@ fn lease_value(holder: &str) -> String {
 const LEASE_PREFIX: &str = "L:";
 const DONE_PREFIX: &str = "D:";
 
+/// `items` grouped by the queue `queue_of` names, queues and items each in
+/// the order they first come. Every key a script touches must share one
+/// queue's hash slot, so batches are split this way before a script runs.
+fn group_by_queue<'a, T>(
+    items: impl IntoIterator<Item = T>,
+    queue_of: impl Fn(&T) -> &'a str,
+) -> Vec<(&'a str, Vec<T>)> {
+    let mut out: Vec<(&'a str, Vec<T>)> = Vec::new();
+    for item in items {
+        let q = queue_of(&item);
+        match out.iter_mut().find(|(name, _)| *name == q) {
+            Some((_, list)) => list.push(item),
+            None => out.push((q, vec![item])),
+        }
+    }
+    out
+}
+
 /// The keys of one queue, in the order the scripts expect them.
 struct QueueKeys {
     stream: String,

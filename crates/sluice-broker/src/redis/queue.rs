@@ -16,8 +16,8 @@ use super::codec::{self, encode_headers};
 use super::conn::classify;
 use super::groups::{enqueue_under, group_arg};
 use super::{
-    DONE_PREFIX, GROUP, LEASE_PREFIX, QueueKeys, RedisBroker, idem_key, key, lease_value, relay,
-    scripts,
+    DONE_PREFIX, GROUP, LEASE_PREFIX, QueueKeys, RedisBroker, group_by_queue, idem_key, key,
+    lease_value, relay, scripts,
 };
 use crate::codec::{SETTLED_KEPT, settle_digest, written_again};
 use crate::message::{Delivery, NewMessage, new_id, now_ms};
@@ -635,24 +635,6 @@ pub(super) fn message_args(
         .arg(encode_headers(&m.headers))
         .arg(m.delay.as_millis() as u64)
         .arg(group_arg(ordering, &m.headers, &m.payload));
-}
-
-/// `items` grouped by the queue `queue_of` names, queues and items each in
-/// the order they first come. Every key a script touches must share one
-/// queue's hash slot, so batches are split this way before a script runs.
-pub(super) fn group_by_queue<'a, T>(
-    items: impl IntoIterator<Item = T>,
-    queue_of: impl Fn(&T) -> &'a str,
-) -> Vec<(&'a str, Vec<T>)> {
-    let mut out: Vec<(&'a str, Vec<T>)> = Vec::new();
-    for item in items {
-        let q = queue_of(&item);
-        match out.iter_mut().find(|(name, _)| *name == q) {
-            Some((_, list)) => list.push(item),
-            None => out.push((q, vec![item])),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
