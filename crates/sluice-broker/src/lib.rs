@@ -64,7 +64,8 @@
 //! * `sqlite/` — the embedded default: one SQLite file (`migrate.rs`: its
 //!   schema versions; `mod.rs`: the group-commit writer and the readers).
 //! * `redis/` — Streams and consumer groups, on one Redis or a Cluster
-//!   (`conn.rs`, `reader.rs`, `relay.rs`, `codec.rs`, `scripts.rs`).
+//!   (`conn.rs`, `reader.rs`, `relay.rs`, `codec.rs`, `scripts.rs` with
+//!   the Lua in `scripts/*.lua`).
 //! * `postgres/` — tables and SQL functions in a schema of one PostgreSQL
 //!   database (`migrate.rs`, `wake.rs`: LISTEN/NOTIFY, `tls.rs`).
 //!
