@@ -67,7 +67,8 @@
 //!   (`conn.rs`, `reader.rs`, `relay.rs`, `codec.rs`, `scripts.rs` with
 //!   the Lua in `scripts/*.lua`).
 //! * `postgres/` — tables and SQL functions in a schema of one PostgreSQL
-//!   database (`migrate.rs`, `wake.rs`: LISTEN/NOTIFY, `tls.rs`).
+//!   database (`migrate.rs` running the files in `migrations/`, `wake.rs`:
+//!   LISTEN/NOTIFY, `tls.rs`).
 //!
 //! What every backend writes alike (the text of a lost lease, headers,
 //! status JSON) is in `codec.rs`; errors, by what the caller should do about
