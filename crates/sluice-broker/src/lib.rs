@@ -62,7 +62,8 @@
 //! new backend is written by filling in the same files:
 //!
 //! * `sqlite/` — the embedded default: one SQLite file (`migrate.rs`: its
-//!   schema versions; `mod.rs`: the group-commit writer and the readers).
+//!   schema versions, the files in `migrations/`; `mod.rs`: the
+//!   group-commit writer and the readers).
 //! * `redis/` — Streams and consumer groups, on one Redis or a Cluster
 //!   (`conn.rs`, `reader.rs`, `relay.rs`, `codec.rs`, `scripts.rs` with
 //!   the Lua in `scripts/*.lua`).

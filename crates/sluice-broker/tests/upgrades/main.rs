@@ -11,6 +11,7 @@ use std::time::Duration;
 use sluice_broker::{Broker, ClaimState, Flow, KeyClaim, ReplaySelector, Settlement};
 
 mod postgres;
+mod sqlite;
 
 /// What every old database in these tests holds, as its version's rows:
 /// message `m1` (payload "hi") waiting in queue `q`, key `k-done` done,
