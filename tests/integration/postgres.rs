@@ -171,12 +171,14 @@ fn v1_function(sql: &str, name: &str) -> String {
 
 /// Turn the schema of `server` back into version 1's: what versions 2, 3,
 /// 5, 6, 7 and 8 (`queue_v2.sql`, `queue_v3.sql`, `queue_v5.sql`,
-/// `queue_v6.sql`, `queue_v7.sql`, `queue_v8.sql`) changed, undone with
-/// version 1's own SQL, done as the broker's role, which owns the schema.
+/// `queue_v6.sql`, `queue_v7.sql`, `queue_v8.sql`: the files before the
+/// numbered migrations, kept in crates/sluice-broker/tests/fixtures/postgres)
+/// changed, undone with version 1's own SQL, done as the broker's role,
+/// which owns the schema.
 /// (Version 4's settings go with the functions made again.)
 fn back_to_version_1(server: &PgServer) {
-    let queue = include_str!("../../crates/sluice-broker/src/postgres/queue.sql");
-    let groups = include_str!("../../crates/sluice-broker/src/postgres/groups.sql");
+    let queue = include_str!("../../crates/sluice-broker/tests/fixtures/postgres/queue.sql");
+    let groups = include_str!("../../crates/sluice-broker/tests/fixtures/postgres/groups.sql");
     let mut sql = String::from(
         "SET ROLE sluice; SET search_path = sluice;
          ALTER TABLE messages ADD CONSTRAINT messages_id_key UNIQUE (id);

@@ -62,11 +62,14 @@
 //! new backend is written by filling in the same files:
 //!
 //! * `sqlite/` — the embedded default: one SQLite file (`migrate.rs`: its
-//!   schema versions; `mod.rs`: the group-commit writer and the readers).
+//!   schema versions, the files in `migrations/`; `mod.rs`: the
+//!   group-commit writer and the readers).
 //! * `redis/` — Streams and consumer groups, on one Redis or a Cluster
-//!   (`conn.rs`, `reader.rs`, `relay.rs`, `codec.rs`, `scripts.rs`).
+//!   (`conn.rs`, `reader.rs`, `relay.rs`, `codec.rs`, `scripts.rs` with
+//!   the Lua in `scripts/*.lua`).
 //! * `postgres/` — tables and SQL functions in a schema of one PostgreSQL
-//!   database (`migrate.rs`, `wake.rs`: LISTEN/NOTIFY, `tls.rs`).
+//!   database (`migrate.rs` running the files in `migrations/`, `wake.rs`:
+//!   LISTEN/NOTIFY, `tls.rs`).
 //!
 //! What every backend writes alike (the text of a lost lease, headers,
 //! status JSON) is in `codec.rs`; errors, by what the caller should do about

@@ -95,7 +95,7 @@ impl NewMessage {
     /// The one check every publish entry point applies (the `Client` and
     /// so `sluice send`, a handler's publish, a cron schedule's message;
     /// the SQL function `sluice.publish` makes the same checks in
-    /// `queue_v8.sql`): the queue name, at most [`MAX_HEADERS`] headers
+    /// `postgres/migrations/0008_publish_checks.sql`): the queue name, at most [`MAX_HEADERS`] headers
     /// with names and values a broker can keep, a key of 1 to [`MAX_KEY`]
     /// bytes without NUL, a delay of at most [`MAX_DELAY`], and the size
     /// limit. The error names the queue and what is wrong.

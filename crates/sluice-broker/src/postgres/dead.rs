@@ -1,6 +1,6 @@
 //! The dead-letter role on PostgreSQL: one row per dead letter in `dead`
-//! (made by `queue.sql`, since the queue's `settle` buries into it in the
-//! same statement that deletes the message). A replay moves rows back the
+//! (made with the queue's tables, since the queue's `settle` buries into
+//! it in the same statement that deletes the message). A replay moves rows back the
 //! other way, a batch per statement: the statement that deletes a batch
 //! from `dead` inserts it into `messages`, so a batch moves whole or not at
 //! all, and replays on several hosts at once skip each other's rows
@@ -9,7 +9,8 @@
 //! A dead letter of an ordered group takes its group back: a replayed one
 //! leads its group again if it blocked it (`on_dead = "block"`), or waits
 //! behind the group's messages; purging lets the groups its dead letters
-//! blocked move on (`rejoin` and `unblock` in `groups.sql`).
+//! blocked move on (`rejoin` and `unblock`, the schema's functions). The
+//! schema's `replay_dead` and `purge_dead` do the moving.
 
 use async_trait::async_trait;
 use tokio_postgres::Row;
@@ -17,80 +18,6 @@ use tokio_postgres::Row;
 use super::{PgBroker, classify};
 use crate::codec::decode_headers;
 use crate::{DeadLetter, DeadLetters, ReplaySelector, Result};
-
-/// The role's part of version 1 of the schema: beyond `dead` and its
-/// `(queue, seq)` index (which every query here ranges over), the replay
-/// and purge functions. `replay_dead` moves up to `take` dead letters of
-/// queue q back to it, oldest death first: those with seq in (past,
-/// upto] (no upper end when upto is NULL: then the queue's newest dead
-/// letter now), dead by died_by, with fewer than max_redrives redrives,
-/// among only_ids (filters that are NULL take all). Each comes back with
-/// attempt 0 and `redrive` more redrives; one of an ordered group is put
-/// back waiting and then rejoins its group. Returns how many moved, the
-/// last seq moved, and the upper end used, for the next batch.
-pub(super) const SCHEMA: &str = "
-CREATE FUNCTION replay_dead(q text, died_by bigint, max_redrives integer, only_ids text[],
-                            take bigint, redrive integer, past bigint, upto bigint,
-                            OUT moved bigint, OUT last_seq bigint, OUT bound bigint)
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-DECLARE
-  now bigint := now_ms();
-  ordered boolean;
-  waiting_ids text[];
-  waiting_grps text[];
-BEGIN
-  bound := coalesce(upto, (SELECT max(seq) FROM dead WHERE queue = q));
-  PERFORM ordering_lock(q, false);
-  ordered := EXISTS (SELECT 1 FROM orderings WHERE queue = q);
-  WITH picked AS (
-      SELECT d.seq FROM dead d
-      WHERE d.queue = q AND d.seq > past AND d.seq <= bound
-        AND (died_by IS NULL OR d.died_at <= died_by)
-        AND (max_redrives IS NULL OR d.redrives < max_redrives)
-        AND (only_ids IS NULL OR d.id = ANY(only_ids))
-      ORDER BY d.seq
-      LIMIT take
-      FOR UPDATE SKIP LOCKED
-  ), gone AS (
-      DELETE FROM dead d USING picked WHERE d.seq = picked.seq
-      RETURNING d.*
-  ), queued AS (
-      INSERT INTO messages AS m (id, queue, key, payload, headers, attempt, enqueued_at,
-                                 visible_at, held_due, last_error, redrives, grp)
-      SELECT g.id, g.queue, g.key, g.payload, g.headers, 0, g.enqueued_at,
-             CASE WHEN g.grp IS NOT NULL AND ordered THEN waiting_at() ELSE now END,
-             CASE WHEN g.grp IS NOT NULL AND ordered THEN now END,
-             g.last_error, g.redrives + redrive, g.grp
-      FROM gone g ORDER BY g.seq
-      RETURNING m.seq, m.id, m.grp, m.visible_at
-  )
-  SELECT (SELECT count(*) FROM queued), (SELECT max(g.seq) FROM gone g),
-         (SELECT array_agg(x.id ORDER BY x.seq) FROM queued x WHERE x.visible_at = waiting_at()),
-         (SELECT array_agg(x.grp ORDER BY x.seq) FROM queued x WHERE x.visible_at = waiting_at())
-    INTO moved, last_seq, waiting_ids, waiting_grps;
-  FOR i IN 1 .. coalesce(array_length(waiting_ids, 1), 0) LOOP
-    PERFORM rejoin(q, waiting_grps[i], waiting_ids[i], now);
-  END LOOP;
-END
-$$;
-
--- Delete queue q's dead letters; the groups they blocked move on. How
--- many went.
-CREATE FUNCTION purge_dead(q text) RETURNS bigint
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-DECLARE
-  n bigint;
-  grouped text[];
-BEGIN
-  WITH gone AS (DELETE FROM dead WHERE queue = q RETURNING id, grp)
-  SELECT count(*), array_agg(id) FILTER (WHERE grp IS NOT NULL) INTO n, grouped FROM gone;
-  IF grouped IS NOT NULL THEN
-    PERFORM unblock(q, grouped, now_ms());
-  END IF;
-  RETURN n;
-END
-$$;
-";
 
 /// Most dead letters one replay statement moves: a long replay is many
 /// short transactions, not one that holds its locks for minutes.

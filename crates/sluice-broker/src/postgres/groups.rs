@@ -1,5 +1,6 @@
-//! Ordered groups on PostgreSQL. The schema keeps them (`groups.sql`, part
-//! of the queue role's schema since `enqueue` and `settle` call it): a
+//! Ordered groups on PostgreSQL. The schema keeps them (the ordered
+//! groups' section of `migrations/0001_schema.sql`, called by the queue's
+//! `enqueue` and `settle`): a
 //! message's group is taken in SQL, by `group_of`, when it is enqueued, so
 //! that a message published from SQL in the caller's transaction (the
 //! schema's `publish`) is grouped exactly like one from a host. That

@@ -2,7 +2,8 @@
 //! with the business row beside it, or rolled back with it, so there is
 //! never an order without its follow-up nor a follow-up without its order.
 //! `sluice_broker::Client::publish_in` is the Rust way in (tokio-postgres); the
-//! schema's `publish` function (`queue.sql`) is every other language's.
+//! schema's `publish` function (`migrations/0001_schema.sql`, its checks
+//! `0008_publish_checks.sql`) is every other language's.
 
 use tokio_postgres::GenericClient;
 

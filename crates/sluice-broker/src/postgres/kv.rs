@@ -15,57 +15,6 @@ use super::{PgBroker, classify};
 use crate::Result;
 use crate::kv::{KvStore, check_ttl, not_an_integer, overflow};
 
-/// The kv role's part of version 1 of the schema.
-pub(super) const SCHEMA: &str = r#"
--- One row per entry of a handler's store (scope). expires_at is in ms
--- (now_ms), NULL for never; a row at or past it is as good as gone.
-CREATE TABLE kv (
-    scope      text NOT NULL,
-    key        text NOT NULL,
-    value      bytea NOT NULL,
-    expires_at bigint,
-    PRIMARY KEY (scope, key)
-);
-CREATE INDEX kv_expiry ON kv (expires_at) WHERE expires_at IS NOT NULL;
-
--- Add delta to the decimal integer at (s, k), 0 when it is not set or has
--- expired, keeping the entry's expiry. Values parse the way Redis's INCRBY
--- parses them: an optional '-', then digits without leading zeros, within
--- bigint. Returns the sum, or NULL and why not ('not an integer' or
--- 'overflow'), leaving the value alone.
-CREATE FUNCTION kv_increment(s text, k text, delta bigint, OUT total bigint, OUT refusal text)
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-DECLARE
-  now bigint := now_ms();
-  old text;
-  added numeric;
-BEGIN
-  -- Make the entry exist and hold its row lock (ON CONFLICT locks the row
-  -- even where WHERE declines the update), so increments take turns.
-  INSERT INTO kv AS e (scope, key, value, expires_at) VALUES (s, k, '\x30', NULL)
-  ON CONFLICT (scope, key) DO UPDATE SET value = EXCLUDED.value, expires_at = NULL
-    WHERE e.expires_at <= now;
-  SELECT encode(value, 'escape') INTO old FROM kv WHERE scope = s AND key = k;
-  -- Two steps: only text that passed the pattern may be cast.
-  IF old !~ '^(0|-?[1-9][0-9]{0,18})$' THEN
-    refusal := 'not an integer';
-    RETURN;
-  END IF;
-  IF old::numeric NOT BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
-    refusal := 'not an integer';
-    RETURN;
-  END IF;
-  added := old::numeric + delta;
-  IF added NOT BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
-    refusal := 'overflow';
-    RETURN;
-  END IF;
-  total := added::bigint;
-  UPDATE kv SET value = convert_to(total::text, 'UTF8') WHERE scope = s AND key = k;
-END
-$$;
-"#;
-
 /// The value of a live entry.
 const GET: &str = "
 SELECT value FROM kv

@@ -10,12 +10,12 @@
 //! same `publish` function lets any language enqueue inside its own
 //! transaction.
 //!
-//! `migrate.rs` creates the schema and brings it up to this build's version
-//! under an advisory lock; the roles are one file each, as on the other
-//! backends, each with its part of the schema (`queue.rs` with
-//! `queue.sql`, and `queue_v2.sql` to `queue_v5.sql`, what versions 2
-//! to 5 changed of it);
-//! `wake.rs` listens for the notifications that end an idle worker's wait,
+//! The schema is SQL files of its own, one a version
+//! (`migrations/0001_schema.sql`, every role's tables and functions, then
+//! `0002_….sql` on, what each later version changed); `migrate.rs` creates
+//! the schema and brings it up to this build's version under an advisory
+//! lock. The roles are one file each, as on the other backends; `wake.rs`
+//! listens for the notifications that end an idle worker's wait,
 //! `vacuum.rs` keeps the churned tables small, `tls.rs` speaks TLS when
 //! the URL asks, and `in_transaction.rs` enqueues on the caller's own
 //! connection (`sluice_broker::Client::publish_in`).
@@ -25,7 +25,7 @@
 //! conformance suite. A message's group is taken in SQL when it is
 //! enqueued, so one published from SQL is grouped like any other; a
 //! group's row in `groups` is what publishing to it and moving it on take
-//! turns on (`groups.rs`, `groups.sql`). A queue with `max_in_flight` or
+//! turns on (`groups.rs`). A queue with `max_in_flight` or
 //! `rate` is received through `lease_limited`, whose receives take turns
 //! on the queue's row of `flow` (which holds the rate bucket), so hosts
 //! receiving at once never both take the last place; a queue without

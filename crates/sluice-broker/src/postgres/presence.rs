@@ -13,18 +13,6 @@ use super::{PgBroker, classify};
 use crate::codec::{decode_statuses, encode_statuses};
 use crate::{HandlerStatus, Presence, QueueStats, Result};
 
-/// The role's part of version 1 of the schema.
-pub(super) const SCHEMA: &str = "
-CREATE TABLE handler_statuses (
-    host     text PRIMARY KEY,
-    statuses text NOT NULL
-);
-CREATE TABLE paused (
-    queue     text PRIMARY KEY,
-    paused_at bigint NOT NULL
-);
-";
-
 /// The counts of the queues $1 names, or of every known queue when $1 is
 /// NULL. Each count is a range of an index: ready messages (due, or leased
 /// with their lease run out) are counted from `messages_due` alone, and

@@ -1,7 +1,7 @@
 //! The queue role on PostgreSQL: one statement per batch. Receiving picks
 //! due rows with `FOR UPDATE SKIP LOCKED` and leases them in the same
 //! statement; claiming keys, settling and extending leases are the schema's
-//! functions (`queue.sql`), given one array per field. A queue with flow
+//! functions (`migrations/`), given one array per field. A queue with flow
 //! limits is received by `lease_limited` instead: its receives take turns
 //! on the queue's row of `flow`, which holds its rate bucket, and each
 //! counts the leases the one before it took. Ordered groups are kept by
@@ -18,43 +18,10 @@ use crate::codec::{
 use crate::message::{Delivery, NewMessage, new_id};
 use crate::{ClaimState, Flow, KeyClaim, Lease, OrderedGroups, Queue, Result, Settlement};
 
-/// The queue role's tables and functions (version 1), with the ordered
-/// groups' (`groups.rs`), which `enqueue` and `settle` call.
-pub(super) const SCHEMA: &str = concat!(include_str!("queue.sql"), include_str!("groups.sql"));
-
-/// Version 2: receipts that name their rows, so that `messages.id` needs
-/// no index, and `settle` on whole batches at once (`queue_v2.sql`).
-pub(super) const SCHEMA_V2: &str = include_str!("queue_v2.sql");
-
-/// Version 3: receiving keeps to the `messages_due` index whatever the
-/// planner's statistics say (`queue_v3.sql`).
-pub(super) const SCHEMA_V3: &str = include_str!("queue_v3.sql");
-
-/// Version 4: the functions the broker calls with whole batches plan each
-/// call for its own batch, not with a generic plan made for ten rows
-/// (`queue_v4.sql`).
-pub(super) const SCHEMA_V4: &str = include_str!("queue_v4.sql");
-
-/// Version 5: a queue with `max_in_flight` counts its leases on an index of
-/// the leased rows, not through its delayed ones (`queue_v5.sql`).
-pub(super) const SCHEMA_V5: &str = include_str!("queue_v5.sql");
-
-/// Version 6: a retry, defer or snooze applies only to a row still leased,
-/// so that a batch written again after its reply was lost applies none of
-/// them twice (`queue_v6.sql`).
-pub(super) const SCHEMA_V6: &str = include_str!("queue_v6.sql");
-
-/// Version 7: a settle write sent again after it was applied (its reply
-/// was lost) is applied and counted once (`queue_v7.sql`).
-pub(super) const SCHEMA_V7: &str = include_str!("queue_v7.sql");
-
-/// Version 8: the SQL function `publish` refuses what every other entry
-/// point refuses (`queue_v8.sql`, the checks of `NewMessage::validate`).
-pub(super) const SCHEMA_V8: &str = include_str!("queue_v8.sql");
-
 /// Lease up to $2 due messages of queue $1 for $3 ms, with `lease_due`
-/// (`queue_v3.sql`). A row whose lease ran out gets the lease-expired text
-/// ($4, with its attempt number in place of `u32::MAX`) as its last error.
+/// (`migrations/0003_receive_on_index.sql`). A row whose lease ran out
+/// gets the lease-expired text ($4, with its attempt number in place of
+/// `u32::MAX`) as its last error.
 /// Each row comes back with the due time and row number it was picked by.
 /// Its receipt starts with that row number (`new_receipt`), which is how
 /// settling finds the row. (`lease_limited` leases the same way, for a

@@ -13,38 +13,6 @@ use crate::codec::encode_headers;
 use crate::message::new_id;
 use crate::schedules::{self, LastTick, Schedules, Tick};
 
-/// The schedules role's part of version 1 of the schema.
-pub(super) const SCHEMA: &str = "
-CREATE TABLE schedule_ticks (
-    queue    text NOT NULL,
-    schedule text NOT NULL,
-    last_at  bigint NOT NULL,
-    PRIMARY KEY (queue, schedule)
-);
-
--- Fire tick at_ms of schedule s of queue q unless a tick at or after it
--- fired already: record it as the schedule's last and, when m_id is not
--- NULL, enqueue its message to q. Whether this call fired it.
-CREATE FUNCTION fire_tick(q text, s text, at_ms bigint, m_id text, m_key text,
-                          m_payload bytea, m_headers text, m_delay bigint)
-RETURNS boolean
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-BEGIN
-  INSERT INTO schedule_ticks AS t (queue, schedule, last_at) VALUES (q, s, at_ms)
-  ON CONFLICT (queue, schedule) DO UPDATE SET last_at = EXCLUDED.last_at
-    WHERE t.last_at < EXCLUDED.last_at;
-  IF NOT FOUND THEN
-    RETURN false;
-  END IF;
-  IF m_id IS NOT NULL THEN
-    PERFORM enqueue(ARRAY[m_id], ARRAY[q], ARRAY[m_key], ARRAY[m_payload],
-                    ARRAY[m_headers], ARRAY[m_delay]);
-  END IF;
-  RETURN true;
-END
-$$;
-";
-
 #[async_trait]
 impl Schedules for PgBroker {
     async fn fire(&self, tick: Tick) -> Result<bool> {

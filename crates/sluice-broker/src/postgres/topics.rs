@@ -14,22 +14,6 @@ use crate::{Result, TopicStore};
 /// A catch-all binding is stored with this pattern: no valid pattern is empty.
 const CATCH_ALL: &str = "";
 
-/// The topics role's part of version 1 of the schema.
-pub(super) const SCHEMA: &str = "
-CREATE TABLE bindings (
-    topic   text NOT NULL,
-    queue   text NOT NULL,
-    pattern text NOT NULL,
-    origin  text NOT NULL,
-    PRIMARY KEY (topic, queue, pattern)
-);
-CREATE INDEX bindings_origin ON bindings (origin);
-CREATE TABLE topic_counts (
-    topic     text PRIMARY KEY,
-    unmatched bigint NOT NULL DEFAULT 0
-);
-";
-
 /// Upsert bindings (one array per column; the last of duplicates wins) and,
 /// when $5 is not NULL, delete the bindings of origin $5 that are not among
 /// them. The two touch different rows, so they can share a statement.

@@ -454,7 +454,7 @@ fn count_once(
     counts: &[(&str, u64)],
 ) {
     pipe.cmd("EVAL")
-        .arg(&*scripts::SETTLED)
+        .arg(scripts::SETTLED)
         .arg(2)
         .arg(written)
         .arg(&keys.counters)
@@ -475,7 +475,7 @@ fn advance_groups(pipe: &mut redis::Pipeline, keys: &QueueKeys, grouped: &[(&str
         return;
     }
     pipe.cmd("EVAL")
-        .arg(&*scripts::ADVANCE)
+        .arg(scripts::ADVANCE)
         .arg(4)
         .arg(&keys.stream)
         .arg(&keys.delayed)

@@ -10,26 +10,6 @@ use crate::codec::{decode_headers, encode_headers};
 use crate::message::{Delivery, now_ms};
 use crate::{DeadLetter, DeadLetters, ReplaySelector, Result};
 
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS dead (
-    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
-    id              TEXT NOT NULL UNIQUE,
-    queue           TEXT NOT NULL,
-    key             TEXT NOT NULL,
-    payload         BLOB NOT NULL,
-    headers         TEXT,
-    attempts        INTEGER NOT NULL,
-    enqueued_at     INTEGER NOT NULL,
-    died_at         INTEGER NOT NULL,
-    reason          TEXT NOT NULL,
-    last_error      TEXT,
-    handler_version TEXT,
-    redrives        INTEGER NOT NULL DEFAULT 0,
-    grp             TEXT
-);
-CREATE INDEX IF NOT EXISTS dead_queue ON dead (queue, seq);
-";
-
 const COLUMNS: &str = "id, queue, key, payload, headers, attempts, enqueued_at, died_at, reason, last_error, handler_version, redrives, grp";
 
 #[async_trait]

@@ -5,32 +5,13 @@
 //! receive never reads them) and their own due time in `held_due`. When
 //! the active one leaves (done, duplicate, dead), the oldest waiting one
 //! becomes active; a group whose dead message blocks it has a row in
-//! `blocked` until the dead letter is replayed or purged.
+//! `blocked` until the dead letter is replayed or purged. The tables and
+//! the `messages_group` index are `migrations/0006_groups.sql`'s.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::classify;
 use crate::{OrderedGroups, Result};
-
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS orderings (
-    queue TEXT PRIMARY KEY,
-    spec  TEXT NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS blocked (
-    queue   TEXT NOT NULL,
-    grp     TEXT NOT NULL,
-    dead_id TEXT NOT NULL,
-    PRIMARY KEY (queue, grp)
-) WITHOUT ROWID;
-";
-
-/// Made once the file has the `grp` column (an upgraded file gets it after
-/// the roles' schemas ran). By `visible_at` within a group: whether a group
-/// has an active message is a seek (`visible_at < WAITING`), and its
-/// oldest waiting one is the first of `visible_at = WAITING` by `seq`.
-pub(super) const INDEX: &str = "CREATE INDEX IF NOT EXISTS messages_group
-    ON messages (queue, grp, visible_at, seq) WHERE grp IS NOT NULL;";
 
 /// `visible_at` of a waiting message.
 pub(super) const WAITING: i64 = i64::MAX;

@@ -16,17 +16,6 @@ use crate::Result;
 use crate::kv::{KvStore, check_ttl, not_an_integer, overflow, parse_integer};
 use crate::message::now_ms;
 
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS kv (
-    scope      TEXT NOT NULL,
-    key        TEXT NOT NULL,
-    value      BLOB NOT NULL,
-    expires_at INTEGER,
-    PRIMARY KEY (scope, key)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS kv_expiry ON kv (expires_at) WHERE expires_at IS NOT NULL;
-";
-
 /// Delete the entries that have expired.
 pub(super) fn sweep(conn: &Connection, now: u64) -> rusqlite::Result<usize> {
     conn.execute(
@@ -129,7 +118,7 @@ mod tests {
     #[test]
     fn sweep_deletes_only_expired_entries() {
         let conn = crate::sqlite::connect(":memory:".as_ref()).unwrap();
-        conn.execute_batch(SCHEMA).unwrap();
+        super::super::migrate::prepare(&conn).unwrap();
         let now = now_ms();
         for (key, expires) in [
             ("gone", Some(now as i64 - 1)),

@@ -17,8 +17,9 @@
 //! receive or settle.
 //!
 //! The roles are one file each (`queue.rs`, `dead.rs`, `presence.rs`,
-//! `kv.rs`, `topics.rs`), each with the tables it owns; `migrate.rs`
-//! creates them and upgrades files written by earlier versions.
+//! `kv.rs`, `topics.rs`); their tables are made by the SQL files in
+//! `migrations/`, one a schema version, which `migrate.rs` runs to create a
+//! file or upgrade one written by an earlier version.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};

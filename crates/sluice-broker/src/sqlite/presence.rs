@@ -10,19 +10,6 @@ use crate::codec::{decode_status, encode_status};
 use crate::message::now_ms;
 use crate::{HandlerStatus, Presence, QueueStats, Result};
 
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS handler_status (
-    host    TEXT NOT NULL,
-    handler TEXT NOT NULL,
-    status  TEXT NOT NULL,
-    PRIMARY KEY (host, handler)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS paused (
-    queue     TEXT PRIMARY KEY,
-    paused_at INTEGER NOT NULL
-) WITHOUT ROWID;
-";
-
 #[async_trait]
 impl Presence for SqliteBroker {
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {

@@ -17,53 +17,6 @@ use crate::{
     Settlement, claims_of,
 };
 
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS messages (
-    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
-    id          TEXT NOT NULL UNIQUE,
-    queue       TEXT NOT NULL,
-    key         TEXT NOT NULL,
-    payload     BLOB NOT NULL,
-    headers     TEXT,
-    attempt     INTEGER NOT NULL DEFAULT 0,
-    enqueued_at INTEGER NOT NULL,
-    visible_at  INTEGER NOT NULL,
-    leased      INTEGER NOT NULL DEFAULT 0,
-    receipt     TEXT,
-    last_error  TEXT,
-    redrives    INTEGER NOT NULL DEFAULT 0,
-    grp         TEXT,
-    held_due    INTEGER,
-    snoozes     INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS messages_due ON messages (queue, visible_at);
-CREATE TABLE IF NOT EXISTS keys (
-    queue      TEXT NOT NULL,
-    key        TEXT NOT NULL,
-    done       INTEGER NOT NULL,
-    holder     TEXT NOT NULL,
-    expires_at INTEGER NOT NULL,
-    PRIMARY KEY (queue, key)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS keys_expiry ON keys (expires_at);
-CREATE TABLE IF NOT EXISTS queues (
-    queue TEXT PRIMARY KEY
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS flow (
-    queue      TEXT PRIMARY KEY,
-    tokens     REAL NOT NULL,
-    updated_at INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS counters (
-    queue      TEXT PRIMARY KEY,
-    done       INTEGER NOT NULL DEFAULT 0,
-    duplicates INTEGER NOT NULL DEFAULT 0,
-    retried    INTEGER NOT NULL DEFAULT 0,
-    lost       INTEGER NOT NULL DEFAULT 0,
-    ungrouped  INTEGER NOT NULL DEFAULT 0
-) WITHOUT ROWID;
-";
-
 #[async_trait]
 impl Queue for SqliteBroker {
     async fn publish(&self, messages: Vec<NewMessage>) -> Result<Vec<String>> {

@@ -10,15 +10,6 @@ use crate::Result;
 use crate::message::now_ms;
 use crate::schedules::{self, LastTick, Schedules, Tick};
 
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS schedule_ticks (
-    queue    TEXT NOT NULL,
-    schedule TEXT NOT NULL,
-    last_at  INTEGER NOT NULL,
-    PRIMARY KEY (queue, schedule)
-) WITHOUT ROWID;
-";
-
 #[async_trait]
 impl Schedules for SqliteBroker {
     async fn fire(&self, tick: Tick) -> Result<bool> {

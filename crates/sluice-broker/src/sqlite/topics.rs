@@ -14,21 +14,6 @@ use crate::{Result, TopicStore};
 /// A catch-all binding is stored with this pattern: no valid pattern is empty.
 const CATCH_ALL: &str = "";
 
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS bindings (
-    topic   TEXT NOT NULL,
-    queue   TEXT NOT NULL,
-    pattern TEXT NOT NULL,
-    origin  TEXT NOT NULL,
-    PRIMARY KEY (topic, queue, pattern)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS bindings_origin ON bindings (origin);
-CREATE TABLE IF NOT EXISTS topic_counts (
-    topic     TEXT PRIMARY KEY,
-    unmatched INTEGER NOT NULL DEFAULT 0
-) WITHOUT ROWID;
-";
-
 fn row(topic: String, queue: String, pattern: String, origin: String) -> Binding {
     Binding {
         topic,
