@@ -24,13 +24,18 @@ fn preload(env: &Env, n: usize) {
 }
 
 /// Completions per order id, from the follow-ups in `shipping`.
-fn completions(env: &Env) -> BTreeMap<u64, usize> {
+fn completions_of(follow_ups: &[sluice::broker::message::Delivery]) -> BTreeMap<u64, usize> {
     let mut out = BTreeMap::new();
-    for d in env.drain("shipping") {
-        let body: serde_json::Value = serde_json::from_slice(&d.payload).unwrap();
-        *out.entry(body["order"].as_u64().unwrap()).or_default() += 1;
+    for d in follow_ups {
+        *out.entry(order_of(d)).or_default() += 1;
     }
     out
+}
+
+/// The order a follow-up is for.
+fn order_of(follow_up: &sluice::broker::message::Delivery) -> u64 {
+    let body: serde_json::Value = serde_json::from_slice(&follow_up.payload).unwrap();
+    body["order"].as_u64().unwrap()
 }
 
 /// Handlings per order id, from the guest's own log lines.
@@ -57,12 +62,38 @@ pub fn stop(mut host: Child) {
 }
 
 fn assert_each_completed_once(env: &Env, n: usize) {
-    let c = completions(env);
+    let follow_ups = env.drain("shipping");
+    let c = completions_of(&follow_ups);
     assert_eq!(c.len(), n, "every order has a follow-up");
     let twice: Vec<_> = c.iter().filter(|&(_, &k)| k > 1).collect();
-    assert!(
-        twice.is_empty(),
-        "orders completed more than once: {twice:?}"
+    if twice.is_empty() {
+        return;
+    }
+    // What a reader needs to tell a follow-up relayed twice (one id) from
+    // an order handled twice (two ids), and the hosts' logs of the orders.
+    let ids: Vec<String> = follow_ups
+        .iter()
+        .filter(|d| twice.iter().any(|&(&o, _)| order_of(d) == o))
+        .map(|d| format!("order {} -> follow-up {} (attempt {})", order_of(d), d.id, d.attempt))
+        .collect();
+    let logs: Vec<String> = std::fs::read_dir(env.dir.path())
+        .unwrap()
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            (path.extension()? == "log").then(|| std::fs::read_to_string(path).ok())?
+        })
+        .collect();
+    let related: Vec<&str> = logs
+        .iter()
+        .flat_map(|l| l.lines())
+        .filter(|l| {
+            twice.iter().any(|(o, _)| l.contains(&format!("order {o} ")))
+                || ["written again", "lost", "ERROR", "WARN"].iter().any(|w| l.contains(w))
+        })
+        .collect();
+    panic!(
+        "orders completed more than once: {twice:?}\n{ids:#?}\nlog lines of those orders, and warnings:\n{}",
+        related.join("\n")
     );
 }
 
