@@ -18,6 +18,8 @@ use super::process::{reap, run_with_deadline};
 
 /// How long a server gets to answer PING (and finish loading its AOF).
 const START_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a server that answers `LOADING` may take to load its data.
+const LOADING_DEADLINE: Duration = Duration::from_secs(300);
 /// How long a cluster gets from the first node starting to `cluster_state:ok`.
 const CLUSTER_DEADLINE: Duration = Duration::from_secs(30);
 /// How long one `redis-cli` command may take; a frozen server must not hang a test.
@@ -540,7 +542,12 @@ fn wait_ready(child: &mut Child, port: u16, limit: Duration) -> Result<(), Strin
                 "redis-server exited with {status} before answering PING"
             ));
         }
-        if probe(port, &["PING"]).as_deref() == Ok("PONG") {
+        let answer = probe(port, &["PING"]);
+        // A server loading a large data set answers LOADING until it is
+        // done: it is making progress, so it gets longer (a long soak's AOF
+        // takes more than `limit` to load on a busy machine).
+        let loading = answer.as_deref().is_ok_and(|a| a.starts_with("LOADING"));
+        if answer.as_deref() == Ok("PONG") {
             let server = probe(port, &["INFO", "server"]).unwrap_or_default();
             let ours = server
                 .lines()
@@ -554,9 +561,10 @@ fn wait_ready(child: &mut Child, port: u16, limit: Duration) -> Result<(), Strin
             // Another process answering: ours will fail to bind and exit,
             // which the `try_wait` above reports on the next round.
         }
-        if started.elapsed() >= limit {
+        let limit_now = if loading { LOADING_DEADLINE } else { limit };
+        if started.elapsed() >= limit_now {
             return Err(format!(
-                "redis-server (pid {pid}) did not answer PING with PONG and loading:0 within {limit:?}"
+                "redis-server (pid {pid}) did not answer PING with PONG and loading:0 within {limit_now:?}"
             ));
         }
         std::thread::sleep(Duration::from_millis(25));
