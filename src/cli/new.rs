@@ -85,93 +85,105 @@ fn source(lang: Lang, batch: bool) -> File {
 /// them names it).
 fn files(lang: Lang) -> &'static [File] {
     match lang {
-        Lang::Rust => &[
-            (
-                "Cargo.toml",
-                include_str!("../../templates/rust/Cargo.toml"),
-                false,
-            ),
-            (
-                "build.rs",
-                include_str!("../../templates/rust/build.rs"),
-                false,
-            ),
-            (
-                "build.sh",
-                include_str!("../../templates/rust/build.sh"),
-                true,
-            ),
-            (
-                "README.md",
-                include_str!("../../templates/rust/README.md"),
-                false,
-            ),
-            (
-                "{{name}}.toml",
-                include_str!("../../templates/rust/sidecar.toml"),
-                false,
-            ),
-        ],
-        Lang::Python => &[
-            (
-                "build.sh",
-                include_str!("../../templates/python/build.sh"),
-                true,
-            ),
-            (
-                "README.md",
-                include_str!("../../templates/python/README.md"),
-                false,
-            ),
-            (
-                "{{name}}.toml",
-                include_str!("../../templates/python/sidecar.toml"),
-                false,
-            ),
-        ],
-        Lang::Js => &[
-            (
-                "package.json",
-                include_str!("../../templates/js/package.json"),
-                false,
-            ),
-            (
-                "build.sh",
-                include_str!("../../templates/js/build.sh"),
-                true,
-            ),
-            (
-                // The same patch the repository's JS guests are built with.
-                "patch-componentize.mjs",
-                include_str!("../../guests/js/patch-componentize.mjs"),
-                false,
-            ),
-            (
-                "README.md",
-                include_str!("../../templates/js/README.md"),
-                false,
-            ),
-            (
-                "{{name}}.toml",
-                include_str!("../../templates/js/sidecar.toml"),
-                false,
-            ),
-        ],
-        Lang::C => &[
-            ("build.sh", include_str!("../../templates/c/build.sh"), true),
-            (
-                "README.md",
-                include_str!("../../templates/c/README.md"),
-                false,
-            ),
-            (
-                "{{name}}.toml",
-                include_str!("../../templates/c/sidecar.toml"),
-                false,
-            ),
-        ],
+        Lang::Rust => RUST_FILES,
+        Lang::Python => PYTHON_FILES,
+        Lang::Js => JS_FILES,
+        Lang::C => C_FILES,
     }
 }
+
+/// The Rust project's files besides its source.
+const RUST_FILES: &[File] = &[
+    (
+        "Cargo.toml",
+        include_str!("../../templates/rust/Cargo.toml"),
+        false,
+    ),
+    (
+        "build.rs",
+        include_str!("../../templates/rust/build.rs"),
+        false,
+    ),
+    (
+        "build.sh",
+        include_str!("../../templates/rust/build.sh"),
+        true,
+    ),
+    (
+        "README.md",
+        include_str!("../../templates/rust/README.md"),
+        false,
+    ),
+    (
+        "{{name}}.toml",
+        include_str!("../../templates/rust/sidecar.toml"),
+        false,
+    ),
+];
+
+/// The Python project's files besides its source.
+const PYTHON_FILES: &[File] = &[
+    (
+        "build.sh",
+        include_str!("../../templates/python/build.sh"),
+        true,
+    ),
+    (
+        "README.md",
+        include_str!("../../templates/python/README.md"),
+        false,
+    ),
+    (
+        "{{name}}.toml",
+        include_str!("../../templates/python/sidecar.toml"),
+        false,
+    ),
+];
+
+/// The JavaScript project's files besides its source.
+const JS_FILES: &[File] = &[
+    (
+        "package.json",
+        include_str!("../../templates/js/package.json"),
+        false,
+    ),
+    (
+        "build.sh",
+        include_str!("../../templates/js/build.sh"),
+        true,
+    ),
+    (
+        // The same patch the repository's JS guests are built with.
+        "patch-componentize.mjs",
+        include_str!("../../guests/js/patch-componentize.mjs"),
+        false,
+    ),
+    (
+        "README.md",
+        include_str!("../../templates/js/README.md"),
+        false,
+    ),
+    (
+        "{{name}}.toml",
+        include_str!("../../templates/js/sidecar.toml"),
+        false,
+    ),
+];
+
+/// The C project's files besides its source.
+const C_FILES: &[File] = &[
+    ("build.sh", include_str!("../../templates/c/build.sh"), true),
+    (
+        "README.md",
+        include_str!("../../templates/c/README.md"),
+        false,
+    ),
+    (
+        "{{name}}.toml",
+        include_str!("../../templates/c/sidecar.toml"),
+        false,
+    ),
+];
 
 /// Handler names become crate, module, file and queue names: keep them plain.
 fn validate_name(name: &str) -> Result<()> {

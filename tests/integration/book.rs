@@ -245,13 +245,14 @@ fn broken_links(file: &Path, inside: Option<&Path>) -> Vec<String> {
             ));
         } else if !dest.exists() {
             wrong.push(format!("{at}: {} does not exist", shown(&dest)));
-        } else if !fragment.is_empty() && dest.extension().is_some_and(|e| e == "md") {
-            if !anchors(&read(&dest)).contains(fragment) {
-                wrong.push(format!(
-                    "{at}: {} has no heading whose id is `{fragment}`",
-                    shown(&dest)
-                ));
-            }
+        } else if !fragment.is_empty()
+            && dest.extension().is_some_and(|e| e == "md")
+            && !anchors(&read(&dest)).contains(fragment)
+        {
+            wrong.push(format!(
+                "{at}: {} has no heading whose id is `{fragment}`",
+                shown(&dest)
+            ));
         }
     }
     wrong

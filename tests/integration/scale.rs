@@ -74,7 +74,14 @@ fn assert_each_completed_once(env: &Env, n: usize) {
     let ids: Vec<String> = follow_ups
         .iter()
         .filter(|d| twice.iter().any(|&(&o, _)| order_of(d) == o))
-        .map(|d| format!("order {} -> follow-up {} (attempt {})", order_of(d), d.id, d.attempt))
+        .map(|d| {
+            format!(
+                "order {} -> follow-up {} (attempt {})",
+                order_of(d),
+                d.id,
+                d.attempt
+            )
+        })
         .collect();
     let logs: Vec<String> = std::fs::read_dir(env.dir.path())
         .unwrap()
@@ -87,8 +94,12 @@ fn assert_each_completed_once(env: &Env, n: usize) {
         .iter()
         .flat_map(|l| l.lines())
         .filter(|l| {
-            twice.iter().any(|(o, _)| l.contains(&format!("order {o} ")))
-                || ["written again", "lost", "ERROR", "WARN"].iter().any(|w| l.contains(w))
+            twice
+                .iter()
+                .any(|(o, _)| l.contains(&format!("order {o} ")))
+                || ["written again", "lost", "ERROR", "WARN"]
+                    .iter()
+                    .any(|w| l.contains(w))
         })
         .collect();
     panic!(
