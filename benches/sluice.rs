@@ -33,6 +33,8 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 mod limited;
 #[path = "sluice/postgres.rs"]
 mod postgres;
+#[path = "sluice/record.rs"]
+mod record;
 #[path = "sluice/watchdog.rs"]
 mod watchdog;
 
@@ -44,6 +46,7 @@ struct Args {
     calls: usize,
     only: Option<String>,
     rounds: usize,
+    json: Option<PathBuf>,
 }
 
 /// The options, as `--help` prints them.
@@ -64,6 +67,10 @@ usage: cargo bench --bench sluice -- [OPTIONS]
                      round; the medians of the per-round ratios. The latency
                      section runs its handlers N times alike, and the
                      watchdog section max(N, 3) rounds of its host drains
+  --json FILE        also write the figures the book's charts show (drain
+                     rates, call costs per language, latency percentiles)
+                     to FILE as JSON, with the machine and the date;
+                     scripts/charts renders the charts from it
   --help             print this and exit
 ",
         SECTIONS.join(", ")
@@ -104,6 +111,7 @@ fn args() -> Args {
         calls: 20_000,
         only: None,
         rounds: 1,
+        json: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -135,6 +143,12 @@ fn args() -> Args {
                     ));
                 }
                 a.only = Some(names);
+            }
+            "--json" => {
+                let file = it
+                    .next()
+                    .unwrap_or_else(|| refuse("--json takes a file name"));
+                a.json = Some(PathBuf::from(file));
             }
             "--help" | "-h" => {
                 print!("{}", usage());
@@ -336,6 +350,15 @@ async fn bench_languages(runtime: &Runtime, messages: usize) {
             .await
             .rate;
         rows.push((lang, bytes.len(), compile, costs, mode, rate));
+        let lang_name = match lang {
+            "rust" => "Rust",
+            "c" => "C",
+            "python" => "Python",
+            _ => "JavaScript",
+        };
+        record::figure("invoke", lang_name, "fresh", "µs", costs.fresh);
+        record::figure("invoke", lang_name, "fresh, whole", "µs", costs.fresh_whole);
+        record::figure("invoke", lang_name, "reuse", "µs", costs.reuse);
     }
     println!("lang    size        compile   fresh µs/msg (whole)   reuse µs/msg  drain (mode)");
     for (lang, size, compile, costs, mode, rate) in rows {
@@ -859,7 +882,25 @@ async fn drains(
     }
     let mut figures: Vec<_> = native.map(|d| ("native", d)).into_iter().collect();
     figures.extend(rates.into_iter().map(|(mode, _, d)| (mode, d)));
+    for (mode, d) in &figures {
+        let series = if *mode == "native" {
+            "native no-op".to_string()
+        } else {
+            format!("hello {mode}")
+        };
+        record::figure("drain", broker_name(name), &series, "msg/s", d.rate);
+    }
     figures
+}
+
+/// How the charts name a broker the harness calls `name`.
+fn broker_name(name: &str) -> &str {
+    match name {
+        "sqlite" => "SQLite",
+        "redis" => "Redis",
+        "postgres" => "PostgreSQL",
+        other => other,
+    }
 }
 
 /// What metrics, an unused rate limit and ordered groups cost: `hello`
@@ -1011,7 +1052,7 @@ async fn bench_reload(rounds: usize) {
     {
         use tracing_subscriber::layer::SubscriberExt;
         let filter = tracing_subscriber::filter::Targets::new()
-            .with_target("sluice::worker", tracing::Level::DEBUG);
+            .with_target("sluice::serve::worker", tracing::Level::DEBUG);
         let subscriber = tracing_subscriber::registry()
             .with(tracing_subscriber::Layer::with_filter(seen.clone(), filter));
         tracing::subscriber::set_global_default(subscriber)
@@ -1226,6 +1267,13 @@ fn main() {
             bench_reload(20).await;
         }
     });
+    if let Some(path) = &args.json {
+        let options: Vec<String> = std::env::args()
+            .skip(1)
+            .filter(|a| a != "--bench")
+            .collect();
+        record::write(path, &options);
+    }
 }
 
 /// Latency: how long a message takes from its publish to its ack as done,
@@ -1451,6 +1499,13 @@ mod latency {
                         p.p999,
                         p.count
                     );
+                    let group = format!(
+                        "{} {label}, {:.0}% load",
+                        super::broker_name(name),
+                        share * 100.0
+                    );
+                    super::record::figure("latency", &group, "p50", "ms", p.p50);
+                    super::record::figure("latency", &group, "p99", "ms", p.p99);
                     if share == 0.5 {
                         p99_at_half[i] = p.p99;
                     }
