@@ -273,9 +273,24 @@ fn restarted_many_times(mut env: Env, restart: fn(&mut Env)) {
         restarts >= 10,
         "only {restarts} restarts before the drain ended"
     );
-    wait_until(Duration::from_secs(120), "every order done", || {
-        env.count_if_reachable("orders", "done") == Some(N as u64)
-    });
+    let start = Instant::now();
+    while env.count_if_reachable("orders", "done") != Some(N as u64) {
+        if start.elapsed() > Duration::from_secs(120) {
+            // What a reader needs to tell a slow drain from a stuck one.
+            let log = text(&log);
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            panic!(
+                "timed out after 120 s waiting for every order done; stats: {:?}\nthe host's warnings and errors:\n{}\nits last lines:\n{}",
+                env.stats(),
+                log.lines()
+                    .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     stop(host);
     assert_each_completed_once(&env, N);
     let log = text(&log);
