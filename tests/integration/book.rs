@@ -41,19 +41,7 @@ fn shown(path: &Path) -> String {
 
 /// The book's pages: every `.md` file under `docs/src`, sorted.
 fn book_pages() -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "md") {
-                out.push(path);
-            }
-        }
-    }
-    let mut pages = Vec::new();
-    walk(&book_src(), &mut pages);
-    pages.sort();
+    let pages = crate::support::files_under(&book_src(), "md");
     assert!(pages.len() > 5, "docs/src holds too few pages: {pages:?}");
     pages
 }

@@ -32,17 +32,6 @@ fn crate_sources() -> Vec<PathBuf> {
     found
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// Each line's code, without `//` comments and without what follows the
 /// file's first `#[cfg(test)]` (tests may use anything).
 fn code(text: &str) -> String {
@@ -177,9 +166,7 @@ fn named_paths(code: &str, at: &[String]) -> Vec<ModPath> {
 /// part: `redis/queue.rs` naming `crate::redis::relay::X` is `queue ->
 /// relay` in the folder `[redis]`.
 fn module_graphs(root: &Path) -> BTreeMap<ModPath, BTreeMap<String, BTreeSet<String>>> {
-    let mut files = Vec::new();
-    rust_files(root, &mut files);
-    let files: Vec<(PathBuf, ModPath)> = files
+    let files: Vec<(PathBuf, ModPath)> = crate::support::files_under(root, "rs")
         .into_iter()
         .map(|f| {
             let at = module_path(root, &f);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use sluice::broker::message::NewMessage;
 use sluice_broker::testkit::RedisServer;
 
-use crate::support::{Backend, Env, lines_with, wait_until};
+use crate::support::{Backend, Env, lines_with, wait_until, wait_until_or};
 
 /// An `orders` handler that takes about 1 ms per message, so a drain can be
 /// interrupted, and whose follow-ups record each completion in `shipping`.
@@ -273,13 +273,14 @@ fn restarted_many_times(mut env: Env, restart: fn(&mut Env)) {
         restarts >= 10,
         "only {restarts} restarts before the drain ended"
     );
-    let start = Instant::now();
-    while env.count_if_reachable("orders", "done") != Some(N as u64) {
-        if start.elapsed() > Duration::from_secs(120) {
+    wait_until_or(
+        Duration::from_secs(120),
+        || env.count_if_reachable("orders", "done") == Some(N as u64),
+        || {
             // What a reader needs to tell a slow drain from a stuck one.
             let log = text(&log);
             let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            panic!(
+            format!(
                 "timed out after 120 s waiting for every order done; stats: {:?}\nthe host's warnings and errors:\n{}\nits last lines:\n{}",
                 env.stats(),
                 log.lines()
@@ -287,10 +288,9 @@ fn restarted_many_times(mut env: Env, restart: fn(&mut Env)) {
                     .collect::<Vec<_>>()
                     .join("\n"),
                 tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+            )
+        },
+    );
     stop(host);
     assert_each_completed_once(&env, N);
     let log = text(&log);

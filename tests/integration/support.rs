@@ -337,15 +337,45 @@ fn by_queue(stdout: &str) -> BTreeMap<String, Value> {
 }
 
 /// Poll `check` every 20 ms until it holds, or fail after `limit`.
-pub fn wait_until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+pub fn wait_until(limit: Duration, what: &str, check: impl FnMut() -> bool) {
+    wait_until_or(limit, check, || {
+        format!("timed out after {limit:?} waiting for {what}")
+    });
+}
+
+/// [`wait_until`], failing with `why()` (which may gather what a reader
+/// needs to tell a slow wait from a stuck one) when `limit` passes.
+pub fn wait_until_or(
+    limit: Duration,
+    mut check: impl FnMut() -> bool,
+    why: impl FnOnce() -> String,
+) {
     let start = Instant::now();
     while !check() {
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
+        if start.elapsed() >= limit {
+            panic!("{}", why());
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Every file under `dir` (its folders too) whose name ends in `.{ext}`,
+/// sorted.
+pub fn files_under(dir: &std::path::Path, ext: &str) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &std::path::Path, ext: &str, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, ext, out);
+            } else if path.extension().is_some_and(|e| e == ext) {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, ext, &mut out);
+    out.sort();
+    out
 }
 
 /// Lines of a log that mention `needle`.
