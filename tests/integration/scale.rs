@@ -97,6 +97,10 @@ fn assert_each_completed_once(env: &Env, n: usize) {
             twice
                 .iter()
                 .any(|(o, _)| l.contains(&format!("order {o} ")))
+                || follow_ups
+                    .iter()
+                    .filter(|d| twice.iter().any(|&(&o, _)| order_of(d) == o))
+                    .any(|d| l.contains(&d.id))
                 || ["written again", "lost", "ERROR", "WARN"]
                     .iter()
                     .any(|w| l.contains(w))

@@ -138,7 +138,10 @@ impl Env {
         if args.first() == Some(&"run") && !args.contains(&"--admin") {
             cmd.args(["--admin", "127.0.0.1:0"]);
         }
-        cmd.env("SLUICE_LOG", "info").env("NO_COLOR", "1");
+        // SLUICE_TEST_LOG sets the hosts' log filter instead, e.g.
+        // `info,sluice_broker=debug` to follow a failure in the broker.
+        let filter = std::env::var("SLUICE_TEST_LOG").unwrap_or_else(|_| "info".into());
+        cmd.env("SLUICE_LOG", filter).env("NO_COLOR", "1");
         // The compiled cache and its key are the environment's own: no test
         // sees another's entries, and none writes to the user's home.
         cmd.env("XDG_CACHE_HOME", self.dir.path().join("xdg-cache"))

@@ -409,10 +409,11 @@ impl RedisBroker {
             .key(&keys.groups)
             .key(&keys.waiting)
             .key(self.written(queue));
+        let digest = settle_digest(settlements.iter().copied());
         script
             .arg(GROUP)
             .arg(&self.consumer)
-            .arg(settle_digest(settlements.iter().copied()))
+            .arg(&digest)
             .arg(SETTLED_KEPT.as_millis() as u64);
         let mut idem_keys = 0usize;
         let mut has_publishes = false;
@@ -427,9 +428,18 @@ impl RedisBroker {
             };
             has_publishes |= settle_args(&mut script, s, kidx);
         }
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let ids: Vec<&str> = settlements
+                .iter()
+                .map(|s| s.delivery().id.as_str())
+                .collect();
+            tracing::debug!(queue, digest, messages = ?ids, "settle write");
+        }
         let mut conn = self.conn.clone();
-        let lost: Option<Vec<String>> = script.invoke_async(&mut conn).await.map_err(classify)?;
-        let Some(lost) = lost else {
+        let lost: Result<Option<Vec<String>>> =
+            script.invoke_async(&mut conn).await.map_err(classify);
+        tracing::debug!(queue, digest, answer = ?lost, "settle write answered");
+        let Some(lost) = lost? else {
             written_again(queue, settlements.len());
             return Ok(());
         };
@@ -542,10 +552,33 @@ fn settle_args(script: &mut redis::ScriptInvocation<'_>, s: &Settlement, kidx: u
             notice.iter().collect()
         }
     };
-    for p in &held {
-        publish_args(script, p);
+    for (index, p) in held.iter().enumerate() {
+        publish_args(script, &publish_id(d, index), p);
     }
     !held.is_empty()
+}
+
+/// The id of the `index`th publish a settlement of delivery `d` holds: the
+/// same every time that settlement is written. A settle write whose reply
+/// was lost is written again; should both writes ever be applied, their
+/// outbox holds the same publishes twice, and the relay's markers (one per
+/// id) enqueue each once. A UUIDv7 whose time is the end of the delivery's
+/// lease and whose random bits are a hash of the delivery and the index.
+fn publish_id(d: &Delivery, index: usize) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for part in [d.id.as_bytes(), d.receipt.as_bytes()] {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part);
+    }
+    hash.update((index as u64).to_le_bytes());
+    let digest = hash.finalize();
+    let mut random = [0u8; 10];
+    random.copy_from_slice(&digest[..10]);
+    uuid::Builder::from_unix_timestamp_millis(d.lease_until_ms, &random)
+        .into_uuid()
+        .simple()
+        .to_string()
 }
 
 /// How long before a delivery's lease ends its plain ack must be sent: a
@@ -608,10 +641,10 @@ fn is_plain(s: &Settlement, now_ms: u64) -> bool {
 /// The six arguments of one publish in the settle script's outbox format:
 /// queue, id, key, payload, headers, delay (its group is taken when the
 /// relay enqueues it).
-fn publish_args(script: &mut redis::ScriptInvocation<'_>, p: &NewMessage) {
+fn publish_args(script: &mut redis::ScriptInvocation<'_>, id: &str, p: &NewMessage) {
     script
         .arg(&p.queue)
-        .arg(new_id())
+        .arg(id)
         .arg(p.key.as_deref().unwrap_or(""))
         .arg(&p.payload)
         .arg(encode_headers(&p.headers))

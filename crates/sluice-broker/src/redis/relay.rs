@@ -149,6 +149,10 @@ async fn enqueue_held(
         script
     })
     .await?;
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let ids: Vec<&str> = held.iter().map(|h| h.id.as_str()).collect();
+        tracing::debug!(queue = target, ids = ?ids, "relayed held publishes");
+    }
     Ok(())
 }
 
