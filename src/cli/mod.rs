@@ -33,6 +33,7 @@ pub(crate) fn say(line: std::fmt::Arguments<'_>) {
 
 mod check;
 mod dlq;
+mod invoke;
 mod new;
 mod pause;
 mod run;
@@ -83,7 +84,16 @@ pub(crate) enum Command {
     Check(check::CheckArgs),
     /// Scaffold a handler project: rust, python, js or c.
     New(new::NewArgs),
+    /// Call a handler once on a message, without a broker, and show what it did.
+    #[command(after_help = invoke::EXIT_STATUSES)]
+    Invoke(invoke::InvokeArgs),
 }
+
+/// An error in what the user gave (an argument, a file it names): the
+/// command exits with status 2, as for a usage error.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct BadInput(pub(crate) String);
 
 /// What every command shares: the config file and the broker to use.
 pub(crate) struct Context {
@@ -144,19 +154,33 @@ impl Context {
 pub async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match dispatch(cli).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(status) => status,
         Err(e) => {
             eprintln!("error: {}", crate::error::one_line(&e));
-            std::process::ExitCode::FAILURE
+            if e.is::<BadInput>() {
+                std::process::ExitCode::from(2)
+            } else {
+                std::process::ExitCode::FAILURE
+            }
         }
     }
 }
 
 /// Run the parsed command line. Logging is set up here, once.
-async fn dispatch(cli: Cli) -> Result<()> {
+async fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
     let ctx = Context::new(&cli)?;
-    init_logging(ctx.log_format()?);
-    match cli.command {
+    // `invoke` shows the handler's lines itself, and only sluice's warnings.
+    let quiet = matches!(cli.command, Command::Invoke(_));
+    init_logging(
+        ctx.log_format()?,
+        if quiet {
+            "warn,sluice::guest=off"
+        } else {
+            "info"
+        },
+    );
+    let done = match cli.command {
+        Command::Invoke(args) => return invoke::invoke(&ctx, args).await,
         Command::Run(args) => run::run(&ctx, args).await,
         Command::Send(args) => send::send(&ctx, args).await,
         Command::Dlq(args) => dlq::dlq(&ctx, args).await,
@@ -166,12 +190,13 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Topics(args) => topics::topics(&ctx, args).await,
         Command::Check(args) => check::check(&ctx, args),
         Command::New(args) => new::new(&ctx, args),
-    }
+    };
+    done.map(|()| std::process::ExitCode::SUCCESS)
 }
 
-fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat, default: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -90,7 +90,7 @@ fn env(name: &str) -> Option<String> {
 
 /// Where compiled handlers are cached: `cache_dir` and `cache_key` from
 /// sluice.toml, each defaulting to the user's cache and config directories.
-fn cache_files(ctx: &Context) -> Option<CacheFiles> {
+pub(super) fn cache_files(ctx: &Context) -> Option<CacheFiles> {
     let default = CacheFiles::default_for_user();
     Some(CacheFiles {
         dir: ctx

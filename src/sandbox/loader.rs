@@ -117,6 +117,19 @@ fn load_with(
             LoadError::Sidecar(format!("{}: schedule {:?}: {e}", sidecar.display(), s.name))
         })?;
     }
+    load_component(runtime, cache, spec, path, limits)
+}
+
+/// Load the component at `path` as a handler with `spec`, compiling
+/// through `cache`: what [`Loader::load`] does once it has the spec.
+pub(crate) fn load_component(
+    runtime: &Runtime,
+    cache: &CompileCache,
+    spec: HandlerSpec,
+    path: &Path,
+    limits: LoadLimits,
+) -> Result<Handler, LoadError> {
+    let name = spec.name.clone();
     let bytes = read_regular(
         path,
         limits.max_component_size,
@@ -131,7 +144,7 @@ fn load_with(
     let version = short_hash(&full);
     let (compiled, source) = cache.component(runtime, &bytes, &full).map_err(component)?;
     if source != Source::Memory {
-        tracing::debug!(handler = name, version = %version, ?source, "component ready");
+        tracing::debug!(handler = %name, version = %version, ?source, "component ready");
     }
     let pre = check::prepare_component(runtime, &compiled).map_err(component)?;
     Ok(Handler::new(

@@ -73,6 +73,7 @@ mod groups;
 mod hostile;
 mod http;
 mod instances;
+mod invoke;
 mod kv;
 mod languages;
 mod layout;

@@ -111,7 +111,7 @@ pub use self::postgres::PgBroker;
 pub use self::redis::RedisBroker;
 pub use dead::{DeadLetter, DeadLetters, ReplaySelector};
 pub use error::{BrokerError, Result};
-pub use kv::KvStore;
+pub use kv::{KvStore, MemoryEntry, MemoryKv};
 pub use presence::{
     HandlerStatus, PAUSE_POLL, Presence, QueueStats, STATUS_EVERY, STATUS_STALE, ScheduleSpec,
     fresh_statuses,

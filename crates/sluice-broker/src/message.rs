@@ -268,7 +268,7 @@ pub fn hostname() -> String {
 }
 
 /// A new, time-ordered message id.
-pub(crate) fn new_id() -> String {
+pub fn new_id() -> String {
     uuid::Uuid::now_v7().simple().to_string()
 }
 

@@ -16,6 +16,7 @@ use wasmtime_wasi_http::{
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi_http::WasiHttpCtx;
 
+use super::capture::{Capture, Fixture, Network};
 use super::{HandlerContext, HostState};
 
 /// How much longer than the call a request's own timeouts may run. The
@@ -56,6 +57,10 @@ impl WasiHttpHooks for Hooks {
         let granted = destination(request.uri())
             .is_some_and(|(host, port)| self.handler.capabilities.http_allow.permits(host, port));
         if !granted {
+            if let Some(capture) = &self.handler.capture {
+                let why = "refused: its host is not in [capabilities] http_allow";
+                capture.request(request.method().as_str(), &request.uri().to_string(), why);
+            }
             let host = request.uri().authority().map_or("", |a| a.as_str());
             tracing::info!(
                 target: "sluice::guest",
@@ -66,11 +71,60 @@ impl WasiHttpHooks for Hooks {
             return Box::new(async { Err(Error::HttpRequestDenied) });
         }
         tracing::debug!(target: "sluice::guest", handler, method = %request.method(), uri = %request.uri(), "outgoing HTTP request");
+        if let Some(capture) = self.handler.capture.clone()
+            && let Some(answered) = captured(&capture, &request)
+        {
+            return answered;
+        }
         let options = bounded(options, self.deadline);
         // wasmtime-wasi-http's own sending code (hyper over tokio, rustls
         // with the webpki roots for https).
         wasmtime_wasi_http::default_hooks().send_request(request, Some(options), fut)
     }
+}
+
+/// A granted request under a capture (`sluice invoke`): recorded, then
+/// refused (`--no-network`), answered from its fixture, or (`None`) sent.
+fn captured(
+    capture: &Capture,
+    request: &http::Request<WasiBody>,
+) -> Option<Box<dyn Future<Output = Response> + Send>> {
+    let (method, url) = (request.method().as_str(), request.uri().to_string());
+    let refused = |why: &str| -> Option<Box<dyn Future<Output = Response> + Send>> {
+        capture.request(method, &url, why);
+        Some(Box::new(async { Err(Error::HttpRequestDenied) }))
+    };
+    match &capture.network {
+        Network::Live => {
+            capture.request(method, &url, "sent");
+            None
+        }
+        Network::Off => refused("refused: --no-network"),
+        Network::Fixtures(_) => match capture.fixture(method, &url) {
+            Some(f) => {
+                capture.request(method, &url, "fixture");
+                Some(Box::new(std::future::ready(fixture_response(f))))
+            }
+            None => refused("refused: no fixture for this method and URL"),
+        },
+    }
+}
+
+/// The response a fixture records, with a body that is all there at once.
+fn fixture_response(f: &Fixture) -> Response {
+    use http_body_util::{BodyExt, Full};
+    let mut response = http::Response::builder().status(f.status);
+    for (name, value) in &f.headers {
+        response = response.header(name, value);
+    }
+    let body = Full::new(bytes::Bytes::from(f.body.clone()))
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    let response = response.body(body).map_err(|e| {
+        Error::InternalError(Some(format!("fixture for {} {}: {e}", f.method, f.url)))
+    })?;
+    let done: Box<dyn Future<Output = Result<(), Error>> + Send> = Box::new(async { Ok(()) });
+    Ok((response, done))
 }
 
 /// The host and port a request connects to, as the sending code sees them:

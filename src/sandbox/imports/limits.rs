@@ -50,6 +50,11 @@ impl MemoryLimiter {
     pub fn hit(&self) -> Option<&MemoryLimitHit> {
         self.hit.as_ref()
     }
+
+    /// Bytes of every linear memory of the store together.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
 }
 
 impl ResourceLimiter for MemoryLimiter {

@@ -16,8 +16,9 @@ impl Host for HostState {
             Level::Warn => tracing::enabled!(target: "sluice::guest", tracing::Level::WARN),
             Level::Error => tracing::enabled!(target: "sluice::guest", tracing::Level::ERROR),
         };
-        // A line no one would see costs nothing and counts against nothing.
-        if !enabled {
+        // A line no one would see costs nothing and counts against nothing;
+        // a capture sees every line.
+        if !enabled && handler.capture.is_none() {
             return;
         }
         let message = truncate(&message, MAX_LOG_LINE);
@@ -27,6 +28,12 @@ impl Host for HostState {
         }
         // Over the rate, `admit` counts it.
         if !handler.log.admit(name) {
+            return;
+        }
+        if let Some(capture) = &handler.capture {
+            capture.line(level, "log", &message);
+        }
+        if !enabled {
             return;
         }
         let id = self.message_id.as_str();

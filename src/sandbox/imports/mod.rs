@@ -22,6 +22,7 @@ use crate::message::Delivery;
 use crate::message::NewMessage;
 
 pub(crate) mod budget;
+pub(crate) mod capture;
 mod config;
 mod deadline;
 mod http;
@@ -58,6 +59,8 @@ pub struct HandlerContext {
     pub(crate) call_budget: u64,
     /// The rate of its log lines, and the count of those dropped.
     pub(crate) log: budget::LogLimiter,
+    /// What a one-off call records (`sluice invoke`); `None` in a host.
+    pub(crate) capture: Option<Arc<capture::Capture>>,
 }
 
 /// How many stores (handler instances) are alive, over every handler.
@@ -209,6 +212,11 @@ impl HostState {
     /// The store's memory limiter, for `Store::limiter`.
     pub fn limiter(&mut self) -> &mut MemoryLimiter {
         &mut self.limiter
+    }
+
+    /// Bytes of the instance's linear memory, all memories together.
+    pub fn memory(&self) -> u64 {
+        self.limiter.total()
     }
 
     /// The memory-limit refusal that ended a call, if one did.

@@ -5,11 +5,13 @@
 
 use std::time::Duration;
 
+use super::capture::{Capture, Publish, Target};
 use super::{HostState, MAX_HELD_PUBLISHES};
 use crate::error::chain;
 use crate::message::NewMessage;
 use crate::publish::{PublishError, fan_out};
 use crate::sandbox::wit::sluice::handler::publish::{Host, PublishOptions};
+use crate::topic::{validate_route, validate_topic_name};
 
 impl HostState {
     fn hold(&mut self, messages: Vec<NewMessage>) -> Result<(), String> {
@@ -40,6 +42,9 @@ impl Host for HostState {
         payload: Vec<u8>,
         options: PublishOptions,
     ) -> Result<u32, String> {
+        if let Some(capture) = self.handler.capture.clone() {
+            return self.record_topic_publish(&capture, topic, route, payload, options);
+        }
         let Some(store) = self.handler.topics.as_deref() else {
             return Err(format!(
                 "handler {} cannot publish to topics: this host was started without a broker",
@@ -74,7 +79,44 @@ impl Host for HostState {
         payload: Vec<u8>,
         options: PublishOptions,
     ) -> Result<(), String> {
-        self.hold(vec![message(queue, payload, options)])
+        let m = message(queue, payload, options);
+        let recorded = self.handler.capture.as_ref().map(|_| m.clone());
+        self.hold(vec![m])?;
+        if let (Some(capture), Some(m)) = (&self.handler.capture, recorded) {
+            capture.publish(recorded_publish(Target::Queue(m.queue.clone()), m));
+        }
+        Ok(())
+    }
+}
+
+impl HostState {
+    /// A topic publish under a capture: checked and held as one copy, as a
+    /// host would hold each, and recorded with its topic and routing key;
+    /// no bindings are looked up.
+    fn record_topic_publish(
+        &mut self,
+        capture: &Capture,
+        topic: String,
+        route: String,
+        payload: Vec<u8>,
+        options: PublishOptions,
+    ) -> Result<u32, String> {
+        validate_topic_name(&topic)?;
+        validate_route(&route)?;
+        let m = message(topic.clone(), payload, options);
+        self.hold(vec![m.clone()])?;
+        capture.publish(recorded_publish(Target::Topic { topic, route }, m));
+        Ok(1)
+    }
+}
+
+fn recorded_publish(target: Target, m: NewMessage) -> Publish {
+    Publish {
+        target,
+        key: m.key,
+        delay: m.delay,
+        headers: m.headers,
+        payload: m.payload,
     }
 }
 

@@ -11,6 +11,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 
 use super::HandlerContext;
 use super::budget::MAX_LOG_LINE;
+use crate::sandbox::wit::sluice::handler::log::Level;
 
 /// Which of a guest's output streams a [`LogStream`] carries.
 #[derive(Clone, Copy, Debug)]
@@ -68,6 +69,13 @@ impl LineWriter {
         let handler = self.sink.handler.name.as_str();
         if !self.sink.handler.log.admit(handler) {
             return;
+        }
+        if let Some(capture) = &self.sink.handler.capture {
+            let (level, stream) = match self.sink.stream {
+                Stream::Stdout => (Level::Info, "stdout"),
+                Stream::Stderr => (Level::Warn, "stderr"),
+            };
+            capture.line(level, stream, &text);
         }
         match self.sink.stream {
             Stream::Stdout => {

@@ -17,6 +17,7 @@ use crate::error::one_line;
 use crate::message::{Delivery, NewMessage};
 use crate::policy::Outcome;
 use crate::sandbox::imports::budget::LogLimiter;
+use crate::sandbox::imports::capture::Capture;
 use crate::sandbox::imports::{HandlerContext, HostState};
 
 /// Why an attempt failed without an outcome from the guest.
@@ -63,6 +64,9 @@ pub struct Invocation {
     pub(crate) publishes: Vec<NewMessage>,
     /// How long making a fresh instance for the call took, if one was made.
     pub instantiate: Option<Duration>,
+    /// Bytes of linear memory the instance had when the call ended (0 when
+    /// no instance was made).
+    pub memory: u64,
 }
 
 impl Invocation {
@@ -72,6 +76,7 @@ impl Invocation {
             result,
             publishes,
             instantiate: None,
+            memory: 0,
         }
     }
 }
@@ -84,6 +89,8 @@ pub struct BatchInvocation {
     /// Held publishes; empty unless the guest returned its outcomes.
     pub(crate) publishes: Vec<NewMessage>,
     pub(crate) instantiate: Option<Duration>,
+    /// As [`Invocation::memory`].
+    pub(crate) memory: u64,
 }
 
 /// How a call on an instance ended.
@@ -91,6 +98,7 @@ struct Called {
     result: Result<Answer, Failure>,
     publishes: Vec<NewMessage>,
     instantiate: Option<Duration>,
+    memory: u64,
 }
 
 /// One loaded version of one handler: its prepared component, its spec and
@@ -126,6 +134,7 @@ impl Handler {
             topics: None,
             call_budget: spec.call_budget,
             log: LogLimiter::new(spec.log_rate),
+            capture: None,
         });
         let spares = match spec.instance_mode {
             InstanceMode::Fresh => spec.concurrency,
@@ -183,6 +192,14 @@ impl Handler {
         self
     }
 
+    /// Record what its calls do in `capture`, and answer their HTTP
+    /// requests as it says (`sluice invoke`). Called before the handler
+    /// serves, like [`Handler::with_kv`].
+    pub(crate) fn with_capture(mut self, capture: Arc<Capture>) -> Self {
+        self.context().capture = Some(capture);
+        self
+    }
+
     /// Give the handler the broker's topic bindings, for `publish-to-topic`.
     /// Called before the handler serves, like [`Handler::with_kv`].
     pub fn with_topics(mut self, store: Arc<dyn TopicStore>) -> Self {
@@ -204,6 +221,7 @@ impl Handler {
             publishes: held_if_answered(&result, called.publishes),
             result,
             instantiate: called.instantiate,
+            memory: called.memory,
         }
     }
 
@@ -224,6 +242,7 @@ impl Handler {
             publishes: held_if_answered(&result, called.publishes),
             result,
             instantiate: called.instantiate,
+            memory: called.memory,
         }
     }
 
@@ -247,7 +266,7 @@ impl Handler {
                 let took = Some(started.elapsed());
                 match made {
                     Ok(w) => (w, took),
-                    Err(f) => return failed(f, took),
+                    Err(f) => return failed(f, took, 0),
                 }
             }
         };
@@ -258,7 +277,9 @@ impl Handler {
         } = warm;
         store.data_mut().begin_call(deliveries, deadline);
         store.set_epoch_deadline(1);
-        match self.call(&mut store, &instance, deliveries).await {
+        let called = self.call(&mut store, &instance, deliveries).await;
+        let memory = store.data().memory();
+        match called {
             Ok(answer) => {
                 let publishes = store.data_mut().take_publishes();
                 let uses = uses + 1;
@@ -280,10 +301,11 @@ impl Handler {
                     result: Ok(answer),
                     publishes,
                     instantiate,
+                    memory,
                 }
             }
             // The store, and with it a possibly broken instance, is dropped here.
-            Err(f) => failed(f, instantiate),
+            Err(f) => failed(f, instantiate, memory),
         }
     }
 
@@ -363,11 +385,12 @@ fn one_each(outcomes: Vec<Outcome>, messages: usize) -> Result<Vec<Outcome>, Fai
     )))
 }
 
-fn failed(f: Failure, instantiate: Option<Duration>) -> Called {
+fn failed(f: Failure, instantiate: Option<Duration>, memory: u64) -> Called {
     Called {
         result: Err(f),
         publishes: Vec::new(),
         instantiate,
+        memory,
     }
 }
 

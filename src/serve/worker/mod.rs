@@ -76,6 +76,7 @@ pub trait Dispatch: Send + Sync + 'static {
                         result: Err(f),
                         publishes: Vec::new(),
                         instantiate: None,
+                        memory: one.memory,
                     };
                 }
             }
@@ -85,6 +86,7 @@ pub trait Dispatch: Send + Sync + 'static {
             result: Ok(outcomes),
             publishes,
             instantiate: None,
+            memory: 0,
         }
     }
 

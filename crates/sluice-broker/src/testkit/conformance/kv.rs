@@ -5,15 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{Broker, BrokerError};
+use crate::{BrokerError, KvStore};
 
-async fn get(b: &dyn Broker, scope: &str, key: &str) -> Option<Vec<u8>> {
+async fn get(b: &dyn KvStore, scope: &str, key: &str) -> Option<Vec<u8>> {
     b.kv_get(scope, key).await.unwrap()
 }
 
 /// A set is read back and a second set replaces it; values are any bytes,
 /// empty included, and keys any text.
-pub async fn kv_set_get_overwrite(b: Arc<dyn Broker>) {
+pub async fn kv_set_get_overwrite(b: Arc<dyn KvStore>) {
     assert_eq!(get(&*b, "a", "k").await, None, "a key never set");
     b.kv_set("a", "k", b"one".to_vec(), None).await.unwrap();
     assert_eq!(get(&*b, "a", "k").await.as_deref(), Some(&b"one"[..]));
@@ -38,7 +38,7 @@ pub async fn kv_set_get_overwrite(b: Arc<dyn Broker>) {
 /// A key with a time to live is gone once it passes, and counts as never
 /// set; a set without one makes a key permanent again. A time to live of
 /// zero or over ten years is refused and writes nothing.
-pub async fn kv_ttl_expires_and_set_replaces_it(b: Arc<dyn Broker>) {
+pub async fn kv_ttl_expires_and_set_replaces_it(b: Arc<dyn KvStore>) {
     let short = Some(Duration::from_millis(200));
     b.kv_set("a", "brief", b"v".to_vec(), short).await.unwrap();
     b.kv_set("a", "kept", b"v".to_vec(), short).await.unwrap();
@@ -74,7 +74,7 @@ pub async fn kv_ttl_expires_and_set_replaces_it(b: Arc<dyn Broker>) {
 }
 
 /// A delete removes the key and says whether there was one to remove.
-pub async fn kv_delete_says_whether_it_was_set(b: Arc<dyn Broker>) {
+pub async fn kv_delete_says_whether_it_was_set(b: Arc<dyn KvStore>) {
     b.kv_set("a", "k", b"v".to_vec(), None).await.unwrap();
     assert!(b.kv_delete("a", "k").await.unwrap());
     assert_eq!(get(&*b, "a", "k").await, None);
@@ -85,7 +85,7 @@ pub async fn kv_delete_says_whether_it_was_set(b: Arc<dyn Broker>) {
 /// An increment starts a missing key from zero, adds any signed amount to
 /// a value that spells a decimal integer, stores the sum as decimal text
 /// and keeps the key's expiry.
-pub async fn kv_increment_creates_adds_and_keeps_expiry(b: Arc<dyn Broker>) {
+pub async fn kv_increment_creates_adds_and_keeps_expiry(b: Arc<dyn KvStore>) {
     assert_eq!(b.kv_increment("a", "n", 5).await.unwrap(), 5, "new key");
     assert_eq!(b.kv_increment("a", "n", -7).await.unwrap(), -2);
     assert_eq!(b.kv_increment("a", "n", 0).await.unwrap(), -2);
@@ -112,7 +112,7 @@ pub async fn kv_increment_creates_adds_and_keeps_expiry(b: Arc<dyn Broker>) {
 
 /// An increment of a value that is not a plain decimal `i64`, or one that
 /// would overflow, is refused with the exact error text and changes nothing.
-pub async fn kv_increment_refuses_non_integers_and_overflow(b: Arc<dyn Broker>) {
+pub async fn kv_increment_refuses_non_integers_and_overflow(b: Arc<dyn KvStore>) {
     for (i, value) in ["abc", "1.5", " 7", "+1", "01", "", "99999999999999999999"]
         .iter()
         .enumerate()
@@ -151,7 +151,7 @@ pub async fn kv_increment_refuses_non_integers_and_overflow(b: Arc<dyn Broker>) 
 
 /// Increments racing on one key are atomic: each sees a distinct running
 /// total, and none is lost.
-pub async fn kv_concurrent_increments_sum_exactly(b: Arc<dyn Broker>) {
+pub async fn kv_concurrent_increments_sum_exactly(b: Arc<dyn KvStore>) {
     const TASKS: i64 = 8;
     const EACH: i64 = 25;
     let tasks: Vec<_> = (1..=TASKS)
@@ -181,7 +181,7 @@ pub async fn kv_concurrent_increments_sum_exactly(b: Arc<dyn Broker>) {
 
 /// Scopes are separate stores: the same key in two scopes holds two values,
 /// even for scopes and keys that would run together if simply joined.
-pub async fn kv_scopes_are_isolated(b: Arc<dyn Broker>) {
+pub async fn kv_scopes_are_isolated(b: Arc<dyn KvStore>) {
     b.kv_set("a", "shared", b"from a".to_vec(), None)
         .await
         .unwrap();
