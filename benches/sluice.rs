@@ -79,8 +79,9 @@ usage: cargo bench --bench sluice -- [OPTIONS]
 
 /// The sections, in the order they run: what `--only` takes (`main` runs
 /// no other).
-const SECTIONS: [&str; 13] = [
+const SECTIONS: [&str; 14] = [
     "invoke",
+    "cli",
     "trace",
     "drain",
     "languages",
@@ -318,11 +319,48 @@ async fn invoke_costs(
     costs
 }
 
+/// `sluice invoke` of the Rust `hello` as a user runs it, the whole
+/// process, from a warm compiled cache (target: under 100 ms), next to
+/// `sluice --version` in the same run: the cost of starting the binary.
+fn bench_cli_invoke(runs: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let hello = guest_in("rust", "hello");
+    let time = |args: &[&str]| {
+        let start = Instant::now();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(args)
+            .env("XDG_CACHE_HOME", dir.path().join("cache"))
+            .env("XDG_CONFIG_HOME", dir.path().join("config"))
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "sluice {args:?}: {out:?}");
+        start.elapsed()
+    };
+    let invoke = ["invoke", hello.to_str().unwrap(), "--payload", "x"];
+    // The first run compiles the component into the cache.
+    let cold = time(&invoke);
+    let median = |args: &[&str]| {
+        let mut all: Vec<Duration> = (0..runs).map(|_| time(args)).collect();
+        all.sort();
+        all[runs / 2].as_secs_f64() * 1000.0
+    };
+    let warm = median(&invoke);
+    let start = median(&["--version"]);
+    println!(
+        "cli     sluice invoke rust hello: cold {:.0} ms, warm median {warm:.1} ms (target < 100 ms); sluice --version {start:.1} ms; invoke is {:.2} × --version",
+        cold.as_secs_f64() * 1000.0,
+        warm / start
+    );
+}
+
 /// Per language: compile time, size, per-message cost in both modes, and
-/// embedded-broker throughput for `hello` in the language's mode.
+/// embedded-broker throughput for `hello` in the language's mode; and what
+/// the language's SDK adds, against the raw-bindings `hello_raw`.
 async fn bench_languages(runtime: &Runtime, messages: usize) {
     let rust = invoke_costs(runtime, "rust", "hello", 5000, 5000).await;
     let mut rows = Vec::new();
+    let mut sdk = Vec::new();
     for lang in ["rust", "c", "python", "js"] {
         let path = guest_in(lang, "hello");
         let bytes = std::fs::read(&path).unwrap();
@@ -350,15 +388,11 @@ async fn bench_languages(runtime: &Runtime, messages: usize) {
             .await
             .rate;
         rows.push((lang, bytes.len(), compile, costs, mode, rate));
-        let lang_name = match lang {
-            "rust" => "Rust",
-            "c" => "C",
-            "python" => "Python",
-            _ => "JavaScript",
-        };
-        record::figure("invoke", lang_name, "fresh", "µs", costs.fresh);
-        record::figure("invoke", lang_name, "fresh, whole", "µs", costs.fresh_whole);
-        record::figure("invoke", lang_name, "reuse", "µs", costs.reuse);
+        sdk.push((lang, costs, raw_costs(runtime, lang, big).await));
+        let name = lang_name(lang);
+        record::figure("invoke", name, "fresh", "µs", costs.fresh);
+        record::figure("invoke", name, "fresh, whole", "µs", costs.fresh_whole);
+        record::figure("invoke", name, "reuse", "µs", costs.reuse);
     }
     println!("lang    size        compile   fresh µs/msg (whole)   reuse µs/msg  drain (mode)");
     for (lang, size, compile, costs, mode, rate) in rows {
@@ -377,6 +411,42 @@ async fn bench_languages(runtime: &Runtime, messages: usize) {
             costs.fresh_whole / rust.fresh_whole
         );
     }
+    for (lang, on_sdk, raw) in sdk {
+        let target = if matches!(lang, "rust" | "c") {
+            " (target ≤ 1.05 ×)"
+        } else {
+            ""
+        };
+        println!(
+            "sdk     {lang:<6} hello on the SDK: reuse {:.3} × hello_raw{target}, fresh {:.3} ×",
+            on_sdk.reuse / raw.reuse,
+            on_sdk.fresh / raw.fresh
+        );
+        record::figure(
+            "invoke",
+            lang_name(lang),
+            "reuse, raw bindings",
+            "µs",
+            raw.reuse,
+        );
+    }
+}
+
+/// The language's name as the book's charts show it.
+fn lang_name(lang: &str) -> &'static str {
+    match lang {
+        "rust" => "Rust",
+        "c" => "C",
+        "python" => "Python",
+        _ => "JavaScript",
+    }
+}
+
+/// [`invoke_costs`] of the language's raw-bindings `hello_raw`, with as
+/// many calls as its `hello` got.
+async fn raw_costs(runtime: &Runtime, lang: &str, big: bool) -> Costs {
+    let fresh_calls = if big { 200 } else { 5000 };
+    invoke_costs(runtime, lang, "hello_raw", fresh_calls, 5000).await
 }
 
 /// Messages one call of a batch handler takes in the `batch` section.
@@ -1192,6 +1262,9 @@ fn main() {
         };
         if run("invoke") {
             invoke_costs(&runtime, &args.lang, "hello", args.calls, args.calls).await;
+        }
+        if run("cli") {
+            bench_cli_invoke(20);
         }
         if run("trace") {
             trace_context_cost(1_000_000);
