@@ -397,12 +397,12 @@ fn c_examples() {
 /// sees 1, in every language. The same handler in reuse mode counts up, so
 /// the count is one the test would see. With `scan` false the host runs
 /// with `SLUICE_PAGEMAP_SCAN=off`, the reset a kernel without the scan gets.
-fn fresh_instances_start_clean(lang: &str, scan: bool) {
+fn fresh_instances_start_clean(lang: &str, guest: &str, scan: bool) {
     let env = Env::new();
     std::fs::write(env.dir.path().join("sluice.toml"), shared_cache_config()).unwrap();
     for (name, mode) in [("fresh", "fresh"), ("warm", "reuse")] {
         std::fs::copy(
-            component(lang, "hello"),
+            component(lang, guest),
             env.handlers.join(format!("{name}.wasm")),
         )
         .unwrap();
@@ -440,16 +440,103 @@ fn fresh_instances_start_clean(lang: &str, scan: bool) {
             })
             .collect()
     };
-    assert_eq!(calls("fresh"), [1, 1, 1, 1, 1], "{lang}: {log}");
+    assert_eq!(calls("fresh"), [1, 1, 1, 1, 1], "{lang} {guest}: {log}");
     let mut warm = calls("warm");
     warm.sort();
-    assert_eq!(warm, [1, 2, 3, 4, 5], "{lang}: one warm instance counts up");
+    assert_eq!(
+        warm,
+        [1, 2, 3, 4, 5],
+        "{lang} {guest}: one warm instance counts up"
+    );
 }
 
+/// `hello` on each language's SDK, and `hello_raw` on the raw generated
+/// bindings: components built the old way keep working.
 #[test]
 fn fresh_instances_start_clean_in_every_language() {
     for lang in ["rust", "c", "python", "js"] {
-        fresh_instances_start_clean(lang, true);
+        for guest in ["hello", "hello_raw"] {
+            fresh_instances_start_clean(lang, guest, true);
+        }
+    }
+}
+
+/// `sluice invoke` gets the same answers from `orders` in every language:
+/// the outcome, its exit status and the follow-up, byte for byte.
+#[test]
+fn invoke_gives_the_same_answers_in_every_language() {
+    let cases: [(&str, i32, &str); 5] = [
+        (r#"{"id": 7, "qty": 2}"#, 0, r#"{"outcome":"done"}"#),
+        (
+            r#"{"id": 8, "retry_until_attempt": 3}"#,
+            10,
+            r#"{"delay_ms":10,"outcome":"retry"}"#,
+        ),
+        (
+            r#"{"id": 9, "always_retry": true}"#,
+            10,
+            r#"{"delay_ms":null,"outcome":"retry"}"#,
+        ),
+        (
+            "[1, 2]",
+            11,
+            r#"{"outcome":"reject","reason":"malformed order: not a JSON object"}"#,
+        ),
+        (
+            r#"{"id": 10, "qty": 0}"#,
+            11,
+            r#"{"outcome":"reject","reason":"malformed order: `qty` must be a positive integer, got 0"}"#,
+        ),
+    ];
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("sluice.toml"), shared_cache_config()).unwrap();
+    for lang in ["rust", "c", "python", "js"] {
+        let file = component(lang, "orders");
+        for (payload, status, outcome) in cases {
+            let out = env.sluice_raw(&[
+                "--json",
+                "invoke",
+                file.to_str().unwrap(),
+                "--payload",
+                payload,
+                "--id",
+                "m-1",
+            ]);
+            let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+                panic!(
+                    "{lang} {payload}: {e}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            });
+            assert_eq!(
+                out.status.code(),
+                Some(status),
+                "{lang} {payload}: {report}"
+            );
+            let outcome: Value = serde_json::from_str(outcome).unwrap();
+            assert_eq!(report["outcome"], outcome, "{lang} {payload}");
+        }
+        let out = env.sluice_raw(&[
+            "--json",
+            "invoke",
+            file.to_str().unwrap(),
+            "--payload",
+            r#"{"id": "Å-1 🚚", "qty": 3}"#,
+            "--id",
+            "m-2",
+        ]);
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            report["publishes"],
+            serde_json::json!([{
+                "queue": "shipping",
+                "key": null,
+                "delay_ms": 0,
+                "headers": [["order-id", "Å-1 🚚"]],
+                "payload": r#"{"order":"Å-1 🚚","qty":3,"source":"m-2"}"#,
+            }]),
+            "{lang}"
+        );
     }
 }
 
@@ -457,7 +544,7 @@ fn fresh_instances_start_clean_in_every_language() {
 #[test]
 fn fresh_instances_start_clean_without_the_pagemap_scan() {
     for lang in ["rust", "c", "python", "js"] {
-        fresh_instances_start_clean(lang, false);
+        fresh_instances_start_clean(lang, "hello", false);
     }
 }
 
