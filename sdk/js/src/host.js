@@ -9,8 +9,8 @@ import { publish as hostPublish, publishToTopic as hostPublishToTopic } from 'sl
 import { wireMs } from './duration.js';
 import { checkKeys, checkObject, show } from './show.js';
 
-const encoder = new TextEncoder();
-const utf8 = new TextDecoder('utf-8', { fatal: true });
+const encoder = /* @__PURE__ */ new TextEncoder();
+const utf8 = /* @__PURE__ */ new TextDecoder('utf-8', { fatal: true });
 
 /**
  * A payload as the user gives it: bytes, text (sent as UTF-8) or

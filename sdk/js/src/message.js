@@ -1,7 +1,7 @@
 // One delivery of one message, as the handler sees it: the WIT record
 // `message` with numbers instead of BigInt and helpers to read the payload.
 
-const utf8 = new TextDecoder('utf-8', { fatal: true });
+const utf8 = /* @__PURE__ */ new TextDecoder('utf-8', { fatal: true });
 
 /**
  * @typedef {object} WitMessage the WIT record as componentize-js lifts it
