@@ -92,8 +92,8 @@ function errorText(e) {
 
 export const handle = handler((msg) => {
   // Config `work_ms`: simulated processing time, for demos and for tests that
-  // must catch a host in the middle of a drain. An async handler may await:
-  // the timer waits through wasi:io/poll, without spinning.
+  // must catch a host in the middle of a drain. A handler may return a
+  // promise: the timer waits through wasi:io/poll, without spinning.
   const workMs = parseMs(config.get('work_ms') ?? '');
   if (workMs !== undefined) return sleep(workMs).then(() => handleOrder(msg));
   return handleOrder(msg);
