@@ -1,35 +1,36 @@
-// The {{name}} handler for sluice.
-import { log } from 'sluice:handler/log@0.2.0';
-import { get } from 'sluice:handler/config@0.2.0';
-import { publish } from 'sluice:handler/publish@0.2.0';
+// @ts-check
+// The {{name}} handler for sluice, on sluice-sdk (sdk/README.md).
+import { PublishError, config, done, handler, log, publish, reject, retry } from 'sluice-sdk';
 
-export function handle(message) {
-  log('info', `{{name}}: message ${message.id} attempt ${message.attempt}`);
+export const handle = handler((msg) => {
+  log.info(`{{name}}: message ${msg.id} attempt ${msg.attempt}`);
 
-  // The payload is a Uint8Array; reject what can never succeed (dead-lettered at once).
+  // Reject what can never succeed: dead-lettered at once, no retries.
   let text;
   try {
-    text = new TextDecoder('utf-8', { fatal: true }).decode(message.payload);
+    text = msg.text();
   } catch {
-    return { tag: 'reject', val: 'payload is not UTF-8' };
+    return reject('payload is not UTF-8');
   }
 
   // Values from the [config] table of {{name}}.toml.
-  const target = get('forward_to');
+  const target = config.get('forward_to');
   if (target !== undefined) {
     try {
       // Held until this call returns; committed together with the ack.
-      publish(target, new TextEncoder().encode(text), { headers: [], key: undefined, delayMs: undefined });
+      publish(target, text, { headers: { 'forwarded-from': msg.queue } });
     } catch (e) {
-      log('warn', `publish to ${target} failed: ${e.payload ?? e.message}`);
-      // A transient failure: retry after the policy's backoff
-      // (or { tag: 'retry', val: 1000n } to choose the delay; u64 is a BigInt).
-      return { tag: 'retry', val: undefined };
+      if (!(e instanceof PublishError)) throw e;
+      log.warn(`publish to ${target} failed: ${e.reason}`);
+      // A transient failure: retry after the policy's backoff (or choose the
+      // delay: retry({ after: '1s' })).
+      return retry();
     }
   }
-  // Also possible: { tag: 'snooze', val: 1000n } puts the message off without
-  // spending an attempt (say, until a resource is free); and work that may
-  // outlast the timeout asks for more time with extend(1000n) (import
-  // { extend, timeLeft } from 'sluice:handler/lease@0.2.0').
-  return { tag: 'done' };
-}
+  // Also possible: snooze({ for: '30s' }) puts the message off without
+  // spending an attempt; lease.extend('1m') asks for more time for long
+  // work; kv.increment('seen') counts in the handler's own store (grant it
+  // with `kv = true` under [capabilities] in {{name}}.toml). An error thrown
+  // here is logged and the message retried after the backoff.
+  return done(); // returning nothing is done() too
+});

@@ -61,7 +61,9 @@ export function getAll() {
   return Object.entries(state.config);
 }
 
-// sluice:handler/kv (only what the guests call). Values are stored as the
+// sluice:handler/kv: `increment` is what the guests call. `get` above is
+// config's (this one module stands for every interface); `set` and `delete`
+// exist because the SDK imports them. Values are stored as the
 // host stores them: bytes, an increment's result as decimal text.
 function store() {
   if (state.kv === undefined) {
@@ -76,4 +78,19 @@ export function increment(key, delta) {
   const sum = old + delta;
   kv.set(key, new TextEncoder().encode(String(sum)));
   return sum;
+}
+export function set() {
+  throw new Error('fake host: kv.set is not faked');
+}
+function kvDelete() {
+  throw new Error('fake host: kv.delete is not faked');
+}
+export { kvDelete as delete };
+
+// sluice:handler/lease: imported by the SDK, called by no guest.
+export function timeLeft() {
+  throw new Error('fake host: lease.timeLeft is not faked');
+}
+export function extend() {
+  throw new Error('fake host: lease.extend is not faked');
 }

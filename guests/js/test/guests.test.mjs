@@ -4,6 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { state, reset } from './fake-host.mjs';
 import { handle as hello } from '../hello/app.js';
+import { handle as helloRaw } from '../hello_raw/app.js';
 import { handle as orders } from '../orders/app.js';
 
 function msg(payload, attempt = 1) {
@@ -22,6 +23,16 @@ test('hello logs and acks', () => {
   reset();
   assert.deepEqual(hello(msg('x', 3)), { tag: 'done' });
   assert.deepEqual(state.logs, [['info', 'hello from sluice: message m-1 attempt 3, call 1 of this instance']]);
+});
+
+test('hello_raw, on the raw bindings, does as hello does', () => {
+  reset();
+  assert.deepEqual(helloRaw(msg('x', 3)), { tag: 'done' });
+  assert.deepEqual(helloRaw(msg('x', 4)), { tag: 'done' });
+  assert.deepEqual(state.logs, [
+    ['info', 'hello from sluice: message m-1 attempt 3, call 1 of this instance'],
+    ['info', 'hello from sluice: message m-1 attempt 4, call 2 of this instance'],
+  ]);
 });
 
 test('orders rejects bad input', () => {
