@@ -100,7 +100,10 @@ mod tests {
         });
         assert_eq!(shown(out), "Outcome::Done");
         let m = seen.into_inner().unwrap();
-        assert_eq!((m.id(), m.key(), m.queue(), m.attempt()), ("m-7", "k-7", "orders", 3));
+        assert_eq!(
+            (m.id(), m.key(), m.queue(), m.attempt()),
+            ("m-7", "k-7", "orders", 3)
+        );
         assert_eq!((m.text().unwrap(), m.header("h")), ("hi", Some("v")));
         assert_eq!(
             m.enqueued_at(),
@@ -113,10 +116,16 @@ mod tests {
         let _host = FakeHost::new();
         let cases: [(crate::Result, &str); 5] = [
             (Ok(()), "Outcome::Done"),
-            (Err(Retry::after(Duration::from_millis(10))), "Outcome::Retry(Some(10))"),
+            (
+                Err(Retry::after(Duration::from_millis(10))),
+                "Outcome::Retry(Some(10))",
+            ),
             (Err(Retry::backoff()), "Outcome::Retry(None)"),
             (Err(Reject::new("why")), "Outcome::Reject(\"why\")"),
-            (Err(Snooze::after(Duration::from_secs(2))), "Outcome::Snooze(2000)"),
+            (
+                Err(Snooze::after(Duration::from_secs(2))),
+                "Outcome::Snooze(2000)",
+            ),
         ];
         for (result, want) in cases {
             assert_eq!(shown(handle(wit_message(""), |_: &Message| result)), want);
@@ -133,7 +142,10 @@ mod tests {
         assert_eq!(shown(out), "Outcome::Retry(None)");
         assert_eq!(
             host.logs(),
-            [(Level::Warn, "retrying after an error: invalid digit found in string".to_string())]
+            [(
+                Level::Warn,
+                "retrying after an error: invalid digit found in string".to_string()
+            )]
         );
         let out = handle(wit_message("x"), |_: &Message| Err(Reject::new("bad")));
         assert_eq!(shown(out), "Outcome::Reject(\"bad\")");
@@ -158,7 +170,12 @@ mod tests {
         let out: Vec<String> = out.into_iter().map(shown).collect();
         assert_eq!(
             out,
-            ["Outcome::Done", "Outcome::Reject(\"no\")", "Outcome::Done", "Outcome::Done"]
+            [
+                "Outcome::Done",
+                "Outcome::Reject(\"no\")",
+                "Outcome::Done",
+                "Outcome::Done"
+            ]
         );
     }
 }

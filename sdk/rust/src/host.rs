@@ -35,8 +35,8 @@ pub(crate) use imports::*;
 
 #[cfg(target_arch = "wasm32")]
 mod imports {
-    use crate::__private::bindings::sluice::handler::{config, kv, lease, log, publish};
     pub(crate) use crate::__private::bindings::sluice::handler::publish::PublishOptions;
+    use crate::__private::bindings::sluice::handler::{config, kv, lease, log, publish};
     use crate::log::Level;
 
     pub(crate) fn log(level: Level, message: &str) {

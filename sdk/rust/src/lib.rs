@@ -143,7 +143,7 @@ macro_rules! handler {
                     $crate::__private::handle(message, $handle)
                 }
             }
-            $crate::__private::export!(SluiceHandler with_types_in $crate::__private::bindings);
+    $crate::__private::export!(SluiceHandler with_types_in $crate::__private::bindings);
         };
     };
 }

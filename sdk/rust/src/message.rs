@@ -100,7 +100,9 @@ impl Message {
 
     /// The same message, first published at `at` (to the millisecond).
     pub fn with_enqueued_at(mut self, at: SystemTime) -> Self {
-        let since = at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        let since = at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
         self.enqueued_at_ms = u64::try_from(since.as_millis()).unwrap_or(u64::MAX);
         self
     }
@@ -218,9 +220,15 @@ mod tests {
             "payload is not UTF-8"
         );
         let reason = reject_reason(Message::new("nope").json());
-        assert!(reason.starts_with("malformed payload: expected"), "{reason}");
+        assert!(
+            reason.starts_with("malformed payload: expected"),
+            "{reason}"
+        );
         let reason = reject_reason(Message::new(r#"{"id":"A7"}"#).json());
-        assert_eq!(reason, "malformed payload: missing field `qty` at line 1 column 11");
+        assert_eq!(
+            reason,
+            "malformed payload: missing field `qty` at line 1 column 11"
+        );
     }
 
     #[test]

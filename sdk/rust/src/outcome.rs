@@ -193,10 +193,7 @@ mod tests {
         let d = Duration::from_millis(250);
         assert_eq!(Retry::after(d).outcome(), &Outcome::Retry(Some(d)));
         assert_eq!(Retry::backoff().outcome(), &Outcome::Retry(None));
-        assert_eq!(
-            Reject::new("bad").outcome(),
-            &Outcome::Reject("bad".into())
-        );
+        assert_eq!(Reject::new("bad").outcome(), &Outcome::Reject("bad".into()));
         assert_eq!(Snooze::after(d).outcome(), &Outcome::Snooze(d));
         assert_eq!(Reject::new("bad").cause(), None);
     }

@@ -136,8 +136,7 @@ impl Publish<Topic> {
     /// are invalid or no queue would take the publish.
     pub fn send(self) -> Result<u32, HostError> {
         let Topic { topic, route } = &self.to;
-        host::publish_to_topic(topic, route, &self.payload, &self.options())
-            .map_err(HostError::new)
+        host::publish_to_topic(topic, route, &self.payload, &self.options()).map_err(HostError::new)
     }
 }
 
@@ -155,7 +154,10 @@ mod tests {
             .key("k")
             .delay(Duration::from_micros(1500));
         let o = p.options();
-        assert_eq!(o.headers, [("a".into(), "1".into()), ("a".into(), "2".into())]);
+        assert_eq!(
+            o.headers,
+            [("a".into(), "1".into()), ("a".into(), "2".into())]
+        );
         assert_eq!(o.key.as_deref(), Some("k"));
         assert_eq!(o.delay_ms, Some(2), "rounded up to whole ms");
         let o = publish("q").options();

@@ -9,7 +9,10 @@ fn the_wit_is_the_repositorys() {
     let sdk = Path::new(env!("CARGO_MANIFEST_DIR"));
     let repo = sdk.join("../../wit/handler.wit");
     if !repo.exists() {
-        eprintln!("not inside the sluice repository ({} is missing): nothing to compare", repo.display());
+        eprintln!(
+            "not inside the sluice repository ({} is missing): nothing to compare",
+            repo.display()
+        );
         return;
     }
     let ours = std::fs::read(sdk.join("wit/handler.wit")).unwrap();
