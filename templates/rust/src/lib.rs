@@ -4,7 +4,11 @@
 use sluice_sdk::{Message, config, publish};
 
 fn handle(message: &Message) -> sluice_sdk::Result {
-    sluice_sdk::info!("{{name}}: message {} attempt {}", message.id(), message.attempt());
+    sluice_sdk::info!(
+        "{{name}}: message {} attempt {}",
+        message.id(),
+        message.attempt()
+    );
 
     // The payload is bytes. One that is not UTF-8 can never succeed, so `?`
     // rejects it: dead-lettered at once, no retries. `message.json::<T>()`

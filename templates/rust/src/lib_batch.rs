@@ -15,7 +15,11 @@ fn handle_batch(messages: &[Message]) -> Vec<sluice_sdk::Result> {
 
 /// Handles one message of the batch, as a `handler` world's `handle` would.
 fn handle(message: &Message) -> sluice_sdk::Result {
-    sluice_sdk::info!("{{name}}: message {} attempt {}", message.id(), message.attempt());
+    sluice_sdk::info!(
+        "{{name}}: message {} attempt {}",
+        message.id(),
+        message.attempt()
+    );
 
     // The payload is bytes. One that is not UTF-8 can never succeed, so `?`
     // rejects this message: dead-lettered at once, no retries.
@@ -55,7 +59,10 @@ mod tests {
             .collect();
         assert_eq!(
             outcomes,
-            [Outcome::Done, Outcome::Reject("payload is not UTF-8".into())]
+            [
+                Outcome::Done,
+                Outcome::Reject("payload is not UTF-8".into())
+            ]
         );
     }
 }
