@@ -5,10 +5,8 @@
 //! `extender: extended, <ms left> ms left`; then it sleeps S ms, logs
 //! `extender: <time_left()> ms left at the end` and returns `done`. A
 //! payload it cannot read is rejected.
-use sluice_guest::{Guest, Level, Message, Outcome, lease, log};
+use sluice_sdk::{Message, Reject, info, lease};
 use std::time::Duration;
-
-struct Extender;
 
 /// `{"extend_ms": E, "sleep_ms": S}` as (E, S).
 fn parse(payload: &[u8]) -> Option<(u64, u64)> {
@@ -16,22 +14,20 @@ fn parse(payload: &[u8]) -> Option<(u64, u64)> {
     Some((v["extend_ms"].as_u64()?, v["sleep_ms"].as_u64()?))
 }
 
-impl Guest for Extender {
-    fn handle(message: Message) -> Outcome {
-        let Some((extend_ms, sleep_ms)) = parse(&message.payload) else {
-            return Outcome::Reject(r#"expected {"extend_ms": E, "sleep_ms": S}"#.into());
-        };
-        if extend_ms > 0 {
-            let left = lease::extend(extend_ms);
-            log(Level::Info, &format!("extender: extended, {left} ms left"));
-        }
-        std::thread::sleep(Duration::from_millis(sleep_ms));
-        log(
-            Level::Info,
-            &format!("extender: {} ms left at the end", lease::time_left()),
-        );
-        Outcome::Done
+fn handle(message: &Message) -> sluice_sdk::Result {
+    let Some((extend_ms, sleep_ms)) = parse(message.payload()) else {
+        return Err(Reject::new(r#"expected {"extend_ms": E, "sleep_ms": S}"#));
+    };
+    if extend_ms > 0 {
+        let left = lease::extend(Duration::from_millis(extend_ms));
+        info!("extender: extended, {} ms left", left.as_millis());
     }
+    std::thread::sleep(Duration::from_millis(sleep_ms));
+    info!(
+        "extender: {} ms left at the end",
+        lease::time_left().as_millis()
+    );
+    Ok(())
 }
 
-sluice_guest::export!(Extender);
+sluice_sdk::handler!(handle);

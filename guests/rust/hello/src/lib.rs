@@ -3,24 +3,18 @@
 //! see that a fresh instance starts clean (`call 1`) and a reused one not.
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use sluice_guest::{Guest, Level, Message, Outcome, log};
+use sluice_sdk::Message;
 
 static CALLS: AtomicU32 = AtomicU32::new(0);
 
-struct Hello;
-
-impl Guest for Hello {
-    fn handle(message: Message) -> Outcome {
-        let call = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
-        log(
-            Level::Info,
-            &format!(
-                "hello from sluice: message {} attempt {}, call {call} of this instance",
-                message.id, message.attempt
-            ),
-        );
-        Outcome::Done
-    }
+fn handle(message: &Message) -> sluice_sdk::Result {
+    let call = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
+    sluice_sdk::info!(
+        "hello from sluice: message {} attempt {}, call {call} of this instance",
+        message.id(),
+        message.attempt()
+    );
+    Ok(())
 }
 
-sluice_guest::export!(Hello);
+sluice_sdk::handler!(handle);

@@ -9,32 +9,27 @@
 //! When any payload is exactly `wrong-length` it returns one outcome too
 //! many (an extra `done`), which the host must refuse, failing the whole
 //! batch. The Python, JS and C `hello_batch` guests behave the same.
-use sluice_guest_batch::{Guest, Level, Message, Outcome, log};
+use std::time::Duration;
 
-struct HelloBatch;
+use sluice_sdk::{Message, Outcome};
 
 /// The outcome one message asks for.
 fn outcome(payload: &[u8]) -> Outcome {
     match payload {
-        b"retry" => Outcome::Retry(Some(10)),
+        b"retry" => Outcome::Retry(Some(Duration::from_millis(10))),
         b"reject" => Outcome::Reject("rejected by hello_batch".into()),
-        b"snooze" => Outcome::Snooze(50),
+        b"snooze" => Outcome::Snooze(Duration::from_millis(50)),
         _ => Outcome::Done,
     }
 }
 
-impl Guest for HelloBatch {
-    fn handle_batch(messages: Vec<Message>) -> Vec<Outcome> {
-        log(
-            Level::Info,
-            &format!("hello_batch: {} messages", messages.len()),
-        );
-        let mut outcomes: Vec<Outcome> = messages.iter().map(|m| outcome(&m.payload)).collect();
-        if messages.iter().any(|m| m.payload == b"wrong-length") {
-            outcomes.push(Outcome::Done);
-        }
-        outcomes
+fn handle_batch(messages: &[Message]) -> Vec<Outcome> {
+    sluice_sdk::info!("hello_batch: {} messages", messages.len());
+    let mut outcomes: Vec<Outcome> = messages.iter().map(|m| outcome(m.payload())).collect();
+    if messages.iter().any(|m| m.payload() == b"wrong-length") {
+        outcomes.push(Outcome::Done);
     }
+    outcomes
 }
 
-sluice_guest_batch::export!(HelloBatch);
+sluice_sdk::batch_handler!(handle_batch);

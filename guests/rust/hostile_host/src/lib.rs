@@ -21,91 +21,76 @@
 //! the host allowed; a refusal it meets is an error value, never a trap.
 use std::io::Write;
 
-use sluice_guest::{Guest, Level, Message, Outcome, PublishOptions, log, publish};
+use sluice_sdk::{Message, Reject, info, publish};
 use wasip2::http::types::Fields;
 
-struct HostileHost;
-
-fn options(headers: Vec<(String, String)>) -> PublishOptions {
-    PublishOptions {
-        headers,
-        key: None,
-        delay_ms: None,
-    }
-}
-
-impl Guest for HostileHost {
-    fn handle(message: Message) -> Outcome {
-        let what = String::from_utf8_lossy(&message.payload).to_string();
-        match what.as_str() {
-            "publish" => {
-                let body = vec![b'x'; 1 << 20];
-                let mut held = 0;
-                let error = loop {
-                    match publish::publish("sink", &body, &options(Vec::new())) {
-                        Ok(()) if held < 1000 => held += 1,
-                        Ok(()) => break "none".to_string(),
-                        Err(e) => break e,
-                    }
-                };
-                log(Level::Info, &format!("hostile publish: held {held}, then: {error}"));
-            }
-            "headers" => {
-                let headers = vec![("h".to_string(), String::new()); 60];
-                let mut held = 0;
-                let error = loop {
-                    match publish::publish("sink", b"", &options(headers.clone())) {
-                        Ok(()) if held < 100_000 => held += 1,
-                        Ok(()) => break "none".to_string(),
-                        Err(e) => break e,
-                    }
-                };
-                log(Level::Info, &format!("hostile headers: held {held}, then: {error}"));
-            }
-            "reject" => return Outcome::Reject("r".repeat(12 << 20)),
-            "nul-reject" => return Outcome::Reject("bad\0reason".into()),
-            "nul-key" => {
-                let options = PublishOptions {
-                    headers: Vec::new(),
-                    key: Some("a\0b".into()),
-                    delay_ms: None,
-                };
-                let result = publish::publish("sink", b"x", &options);
-                log(Level::Info, &format!("hostile nul key: {result:?}"));
-            }
-            "log" => {
-                let line = "l".repeat(1 << 20);
-                for _ in 0..3000 {
-                    log(Level::Info, &line);
+fn handle(message: &Message) -> sluice_sdk::Result {
+    let what = String::from_utf8_lossy(message.payload()).to_string();
+    match what.as_str() {
+        "publish" => {
+            let body = vec![b'x'; 1 << 20];
+            let mut held = 0;
+            let error = loop {
+                match publish("sink").payload(body.as_slice()).send() {
+                    Ok(()) if held < 1000 => held += 1,
+                    Ok(()) => break "none".to_string(),
+                    Err(e) => break e.to_string(),
                 }
-            }
-            "stdout" => {
-                let chunk = vec![b'o'; 1 << 20];
-                let mut out = std::io::stdout();
-                for _ in 0..64 {
-                    let _ = out.write_all(&chunk);
-                }
-                let _ = out.write_all(b"\n");
-                let _ = out.flush();
-            }
-            "fields" => {
-                let value = vec![b'v'; 1 << 10];
-                let mut kept = Vec::new();
-                let mut error = "none".to_string();
-                for i in 0..100_000 {
-                    let f = Fields::new();
-                    if let Err(e) = f.append("x-big", &value) {
-                        error = format!("append {i}: {e:?}");
-                        break;
-                    }
-                    kept.push(f);
-                }
-                log(Level::Info, &format!("hostile fields: kept {}, then: {error}", kept.len()));
-            }
-            _ => {}
+            };
+            info!("hostile publish: held {held}, then: {error}");
         }
-        Outcome::Done
+        "headers" => {
+            let mut held = 0;
+            let error = loop {
+                let sixty = (0..60).fold(publish("sink"), |p, _| p.header("h", ""));
+                match sixty.send() {
+                    Ok(()) if held < 100_000 => held += 1,
+                    Ok(()) => break "none".to_string(),
+                    Err(e) => break e.to_string(),
+                }
+            };
+            info!("hostile headers: held {held}, then: {error}");
+        }
+        "reject" => return Err(Reject::new("r".repeat(12 << 20))),
+        "nul-reject" => return Err(Reject::new("bad\0reason")),
+        "nul-key" => {
+            let result = publish("sink").payload("x").key("a\0b").send();
+            // The host's reason, as the Debug of a `Result<(), String>`.
+            let result = result.map_err(|e| e.reason().to_string());
+            info!("hostile nul key: {result:?}");
+        }
+        "log" => {
+            let line = "l".repeat(1 << 20);
+            for _ in 0..3000 {
+                sluice_sdk::log::info(&line);
+            }
+        }
+        "stdout" => {
+            let chunk = vec![b'o'; 1 << 20];
+            let mut out = std::io::stdout();
+            for _ in 0..64 {
+                let _ = out.write_all(&chunk);
+            }
+            let _ = out.write_all(b"\n");
+            let _ = out.flush();
+        }
+        "fields" => {
+            let value = vec![b'v'; 1 << 10];
+            let mut kept = Vec::new();
+            let mut error = "none".to_string();
+            for i in 0..100_000 {
+                let f = Fields::new();
+                if let Err(e) = f.append("x-big", &value) {
+                    error = format!("append {i}: {e:?}");
+                    break;
+                }
+                kept.push(f);
+            }
+            info!("hostile fields: kept {}, then: {error}", kept.len());
+        }
+        _ => {}
     }
+    Ok(())
 }
 
-sluice_guest::export!(HostileHost);
+sluice_sdk::handler!(handle);

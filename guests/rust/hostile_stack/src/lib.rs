@@ -1,10 +1,8 @@
 //! Hostile: unbounded, non-tail recursion. Exhausts the wasm call stack.
 //! Only scalar locals, so it uses wasm frames (not the shadow stack in linear
 //! memory) and the host should see a "call stack exhausted" trap.
-use sluice_guest::{Guest, Message, Outcome};
+use sluice_sdk::{Message, Reject};
 use std::hint::black_box;
-
-struct HostileStack;
 
 #[inline(never)]
 #[allow(unconditional_recursion)]
@@ -15,12 +13,10 @@ fn recurse(depth: u64) -> u64 {
     below.wrapping_add(black_box(depth))
 }
 
-impl Guest for HostileStack {
-    fn handle(_message: Message) -> Outcome {
-        let n = recurse(black_box(0));
-        // Unreachable in practice; keeps the result alive.
-        Outcome::Reject(format!("recursion returned {n}"))
-    }
+fn handle(_: &Message) -> sluice_sdk::Result {
+    let n = recurse(black_box(0));
+    // Unreachable in practice; keeps the result alive.
+    Err(Reject::new(format!("recursion returned {n}")))
 }
 
-sluice_guest::export!(HostileStack);
+sluice_sdk::handler!(handle);

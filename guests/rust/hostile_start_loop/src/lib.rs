@@ -2,7 +2,7 @@
 //! message reaches it. A core module's `_initialize` export runs as the
 //! component's start, so making the instance never ends by itself: it must
 //! end at the call's timeout, like any call, and free its pool slot.
-use sluice_guest::{Guest, Message, Outcome};
+use sluice_sdk::Message;
 use std::hint::black_box;
 
 #[unsafe(no_mangle)]
@@ -13,12 +13,8 @@ pub extern "C" fn _initialize() {
     }
 }
 
-struct HostileStartLoop;
-
-impl Guest for HostileStartLoop {
-    fn handle(_message: Message) -> Outcome {
-        Outcome::Done
-    }
+fn handle(_: &Message) -> sluice_sdk::Result {
+    Ok(())
 }
 
-sluice_guest::export!(HostileStartLoop);
+sluice_sdk::handler!(handle);

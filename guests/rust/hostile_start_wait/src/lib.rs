@@ -3,19 +3,15 @@
 //! `_initialize` export runs as the component's start, so epoch
 //! interruption never fires (no wasm runs): making the instance must end at
 //! the call's own timer, like a call that waits, and free its pool slot.
-use sluice_guest::{Guest, Message, Outcome};
+use sluice_sdk::Message;
 
 #[unsafe(no_mangle)]
 pub extern "C" fn _initialize() {
     std::thread::sleep(std::time::Duration::from_secs(60));
 }
 
-struct HostileStartWait;
-
-impl Guest for HostileStartWait {
-    fn handle(_message: Message) -> Outcome {
-        Outcome::Done
-    }
+fn handle(_: &Message) -> sluice_sdk::Result {
+    Ok(())
 }
 
-sluice_guest::export!(HostileStartWait);
+sluice_sdk::handler!(handle);

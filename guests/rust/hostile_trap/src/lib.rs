@@ -1,15 +1,11 @@
 //! Hostile: traps immediately (wasm `unreachable`).
-use sluice_guest::{Guest, Message, Outcome};
+use sluice_sdk::Message;
 
-struct HostileTrap;
-
-impl Guest for HostileTrap {
-    fn handle(_message: Message) -> Outcome {
-        #[cfg(target_arch = "wasm32")]
-        core::arch::wasm32::unreachable();
-        #[cfg(not(target_arch = "wasm32"))]
-        panic!("hostile_trap");
-    }
+fn handle(_: &Message) -> sluice_sdk::Result {
+    #[cfg(target_arch = "wasm32")]
+    core::arch::wasm32::unreachable();
+    #[cfg(not(target_arch = "wasm32"))]
+    panic!("hostile_trap");
 }
 
-sluice_guest::export!(HostileTrap);
+sluice_sdk::handler!(handle);

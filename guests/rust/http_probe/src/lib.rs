@@ -6,38 +6,29 @@
 //! so tests can read the host's answer from the dead letter.
 use std::io::Read;
 
-use sluice_guest::{Guest, Level, Message, Outcome, log};
+use sluice_sdk::{Message, Reject, info, warn};
 use wasip2::http::outgoing_handler;
 use wasip2::http::types::{Fields, Method, OutgoingRequest, Scheme};
 
 /// Most of the body that is read and logged.
 const MAX_BODY: u64 = 64 * 1024;
 
-struct HttpProbe;
-
-impl Guest for HttpProbe {
-    fn handle(message: Message) -> Outcome {
-        let Ok(url) = std::str::from_utf8(&message.payload) else {
-            return Outcome::Reject("payload is not UTF-8".to_string());
-        };
-        let url = url.trim();
-        match get(url) {
-            Ok((status, body)) => {
-                let text = String::from_utf8_lossy(&body);
-                log(
-                    Level::Info,
-                    &format!("GET {url}: status {status}, {} bytes: {text}", body.len()),
-                );
-                if (200..300).contains(&status) {
-                    Outcome::Done
-                } else {
-                    Outcome::Reject(format!("GET {url}: status {status}"))
-                }
+fn handle(message: &Message) -> sluice_sdk::Result {
+    // Not UTF-8: rejected with `payload is not UTF-8`.
+    let url = message.text()?.trim();
+    match get(url) {
+        Ok((status, body)) => {
+            let text = String::from_utf8_lossy(&body);
+            info!("GET {url}: status {status}, {} bytes: {text}", body.len());
+            if (200..300).contains(&status) {
+                Ok(())
+            } else {
+                Err(Reject::new(format!("GET {url}: status {status}")))
             }
-            Err(e) => {
-                log(Level::Warn, &format!("GET {url} failed: {e}"));
-                Outcome::Reject(format!("GET {url} failed: {e}"))
-            }
+        }
+        Err(e) => {
+            warn!("GET {url} failed: {e}");
+            Err(Reject::new(format!("GET {url} failed: {e}")))
         }
     }
 }
@@ -99,4 +90,4 @@ fn split_url(url: &str) -> Result<(Scheme, &str, &str), String> {
     Ok((scheme, authority, path))
 }
 
-sluice_guest::export!(HttpProbe);
+sluice_sdk::handler!(handle);

@@ -9,12 +9,13 @@
 //! The first call that fails rejects the message with `CMD: ERROR`, so the
 //! host's error text ends up in the dead letter. A command it cannot parse
 //! rejects saying which commands there are.
-use sluice_guest::{Guest, Level, Message, Outcome, kv, log};
+use std::error::Error;
+use std::time::Duration;
 
-struct KvProbe;
+use sluice_sdk::{Message, Reject, info, kv};
 
 /// Run one command; the text to log, or the error to reject with.
-fn run(command: &str) -> Result<String, String> {
+fn run(command: &str) -> Result<String, Box<dyn Error>> {
     let words: Vec<&str> = command.split_whitespace().collect();
     let number = |w: &str| w.parse::<i64>().map_err(|_| format!("bad number {w:?}"));
     match words.as_slice() {
@@ -22,30 +23,39 @@ fn run(command: &str) -> Result<String, String> {
             Some(v) => format!("get {key} = some({})", String::from_utf8_lossy(&v)),
             None => format!("get {key} = none"),
         }),
-        ["set", key, value] => kv::set(key, value.as_bytes(), None).map(|()| format!("set {key} ok")),
+        ["set", key, value] => {
+            kv::set(key, value, None)?;
+            Ok(format!("set {key} ok"))
+        }
         ["set", key, value, ttl] => {
-            let ttl = number(ttl)? as u64;
-            kv::set(key, value.as_bytes(), Some(ttl)).map(|()| format!("set {key} ok"))
+            let ttl = Duration::from_millis(number(ttl)? as u64);
+            kv::set(key, value, Some(ttl))?;
+            Ok(format!("set {key} ok"))
         }
-        ["del", key] => kv::delete(key).map(|was| format!("del {key} = {was}")),
-        ["incr", key, delta] => kv::increment(key, number(delta)?).map(|n| format!("incr {key} = {n}")),
-        _ => Err("not a command: use get KEY, set KEY VALUE [TTL_MS], del KEY or incr KEY DELTA".into()),
+        ["del", key] => Ok(format!("del {key} = {}", kv::delete(key)?)),
+        ["incr", key, delta] => Ok(format!(
+            "incr {key} = {}",
+            kv::increment(key, number(delta)?)?
+        )),
+        _ => Err(
+            "not a command: use get KEY, set KEY VALUE [TTL_MS], del KEY or incr KEY DELTA".into(),
+        ),
     }
 }
 
-impl Guest for KvProbe {
-    fn handle(message: Message) -> Outcome {
-        let Ok(text) = std::str::from_utf8(&message.payload) else {
-            return Outcome::Reject("payload is not UTF-8".into());
-        };
-        for command in text.split(';').map(str::trim).filter(|c| !c.is_empty()) {
-            match run(command) {
-                Ok(line) => log(Level::Info, &line),
-                Err(e) => return Outcome::Reject(format!("{command}: {e}")),
-            }
+fn handle(message: &Message) -> sluice_sdk::Result {
+    for command in message
+        .text()?
+        .split(';')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+    {
+        match run(command) {
+            Ok(line) => info!("{line}"),
+            Err(e) => return Err(Reject::new(format!("{command}: {e}"))),
         }
-        Outcome::Done
     }
+    Ok(())
 }
 
-sluice_guest::export!(KvProbe);
+sluice_sdk::handler!(handle);

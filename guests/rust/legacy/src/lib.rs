@@ -1,7 +1,7 @@
 //! A handler built against the frozen `sluice:handler@0.1.0` package
 //! (`wit/0.1.0/handler.wit`), to prove the host still serves components made
-//! before 0.2.0. So it generates its own bindings rather than use
-//! `sluice-guest`, which follows the current package.
+//! before 0.2.0. So it generates its own bindings rather than use the
+//! SDK (`sdk/rust`), which follows the current package.
 //!
 //! It logs `legacy: <payload>` at info, then decides by the payload:
 //! `retry` → `retry(some(10))`, `reject` → `reject("rejected by legacy")`;

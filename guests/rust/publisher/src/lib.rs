@@ -8,65 +8,47 @@
 //! publish, `reject("refused: <the host's error>")` when it refused it, and
 //! `reject("malformed: ...")` for a payload it cannot read.
 use serde_json::Value;
-use sluice_guest::{Guest, Message, Outcome, PublishOptions, publish};
+use std::time::Duration;
 
-struct Publisher;
+use sluice_sdk::{Message, Publish, Queue, Reject, publish};
 
-/// What to publish: the queue, the payload and the options.
-struct Request {
-    queue: String,
-    payload: Vec<u8>,
-    options: PublishOptions,
-}
-
-/// The request in `payload`, or why it cannot be read.
-fn parse(payload: &[u8]) -> Result<Request, String> {
+/// The publish `payload` asks for, or why it cannot be read.
+fn parse(payload: &[u8]) -> Result<Publish<Queue>, String> {
     let v: Value = serde_json::from_slice(payload).map_err(|e| e.to_string())?;
     let queue = v["queue"].as_str().ok_or("`queue` must be a string")?;
     let len = v["payload_len"]
         .as_u64()
         .ok_or("`payload_len` must be a number")?;
-    let mut headers = Vec::new();
+    let mut request = publish(queue).payload(vec![b'x'; len as usize]);
     for pair in v["headers"].as_array().map_or(&[][..], Vec::as_slice) {
         match pair.as_array().map(Vec::as_slice) {
-            Some([Value::String(k), Value::String(v)]) => headers.push((k.clone(), v.clone())),
+            Some([Value::String(k), Value::String(v)]) => request = request.header(k, v),
             _ => return Err("`headers` must be [[name, value], ...] of strings".into()),
         }
     }
-    let key = match &v["key"] {
-        Value::Null => None,
-        Value::String(k) => Some(k.clone()),
+    match &v["key"] {
+        Value::Null => {}
+        Value::String(k) => request = request.key(k),
         _ => return Err("`key` must be a string or null".into()),
-    };
-    let delay_ms = match &v["delay_ms"] {
-        Value::Null => None,
-        d => Some(
-            d.as_u64()
-                .ok_or("`delay_ms` must be a number of ms or null")?,
-        ),
-    };
-    Ok(Request {
-        queue: queue.to_string(),
-        payload: vec![b'x'; len as usize],
-        options: PublishOptions {
-            headers,
-            key,
-            delay_ms,
-        },
-    })
-}
-
-impl Guest for Publisher {
-    fn handle(message: Message) -> Outcome {
-        let request = match parse(&message.payload) {
-            Ok(request) => request,
-            Err(why) => return Outcome::Reject(format!("malformed: {why}")),
-        };
-        match publish::publish(&request.queue, &request.payload, &request.options) {
-            Ok(()) => Outcome::Done,
-            Err(why) => Outcome::Reject(format!("refused: {why}")),
+    }
+    match &v["delay_ms"] {
+        Value::Null => {}
+        d => {
+            let ms = d
+                .as_u64()
+                .ok_or("`delay_ms` must be a number of ms or null")?;
+            request = request.delay(Duration::from_millis(ms));
         }
     }
+    Ok(request)
 }
 
-sluice_guest::export!(Publisher);
+fn handle(message: &Message) -> sluice_sdk::Result {
+    let request =
+        parse(message.payload()).map_err(|why| Reject::new(format!("malformed: {why}")))?;
+    request
+        .send()
+        .map_err(|why| Reject::new(format!("refused: {why}")))
+}
+
+sluice_sdk::handler!(handle);

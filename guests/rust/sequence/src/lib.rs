@@ -9,50 +9,43 @@
 //! * `OUT OF ORDER: GROUP N after M` otherwise, and rejects the message.
 //!
 //! A message with `"retry": true` asks for a retry on its first attempt.
-use sluice_guest::{Guest, Level, Message, Outcome, kv, log};
+use sluice_sdk::{Message, Reject, Retry, error, info, kv};
 
-struct Sequence;
-
-impl Guest for Sequence {
-    fn handle(message: Message) -> Outcome {
-        let Ok(m) = serde_json::from_slice::<serde_json::Value>(&message.payload) else {
-            return Outcome::Reject("not JSON".into());
-        };
-        let (Some(group), Some(seq)) = (m["g"].as_str(), m["seq"].as_i64()) else {
-            return Outcome::Reject("no g or seq".into());
-        };
-        if m["retry"].as_bool() == Some(true) && message.attempt == 1 {
-            return Outcome::Retry(None);
-        }
-        let key = format!("last:{group}");
-        let last = match kv::get(&key) {
-            Ok(v) => v
-                .and_then(|b| String::from_utf8(b).ok())
-                .and_then(|s| s.parse::<i64>().ok())
-                .unwrap_or(0),
-            Err(e) => {
-                log(Level::Error, &format!("kv get: {e}"));
-                return Outcome::Retry(None);
-            }
-        };
-        if seq == last {
-            log(Level::Info, &format!("again: {group} {seq}"));
-            return Outcome::Done;
-        }
-        if seq != last + 1 {
-            log(
-                Level::Error,
-                &format!("OUT OF ORDER: {group} {seq} after {last}"),
-            );
-            return Outcome::Reject(format!("{group} {seq} after {last}"));
-        }
-        if let Err(e) = kv::set(&key, seq.to_string().as_bytes(), None) {
-            log(Level::Error, &format!("kv set: {e}"));
-            return Outcome::Retry(None);
-        }
-        log(Level::Info, &format!("in order: {group} {seq}"));
-        Outcome::Done
+fn handle(message: &Message) -> sluice_sdk::Result {
+    let Ok(m) = message.json::<serde_json::Value>() else {
+        return Err(Reject::new("not JSON"));
+    };
+    let (Some(group), Some(seq)) = (m["g"].as_str(), m["seq"].as_i64()) else {
+        return Err(Reject::new("no g or seq"));
+    };
+    if m["retry"].as_bool() == Some(true) && message.attempt() == 1 {
+        return Err(Retry::backoff());
     }
+    let key = format!("last:{group}");
+    let last = match kv::get(&key) {
+        Ok(v) => v
+            .and_then(|b| String::from_utf8(b).ok())
+            .and_then(|s| s.parse::<i64>().ok())
+            .unwrap_or(0),
+        Err(e) => {
+            error!("kv get: {e}");
+            return Err(Retry::backoff());
+        }
+    };
+    if seq == last {
+        info!("again: {group} {seq}");
+        return Ok(());
+    }
+    if seq != last + 1 {
+        error!("OUT OF ORDER: {group} {seq} after {last}");
+        return Err(Reject::new(format!("{group} {seq} after {last}")));
+    }
+    if let Err(e) = kv::set(&key, seq.to_string(), None) {
+        error!("kv set: {e}");
+        return Err(Retry::backoff());
+    }
+    info!("in order: {group} {seq}");
+    Ok(())
 }
 
-sluice_guest::export!(Sequence);
+sluice_sdk::handler!(handle);

@@ -7,9 +7,9 @@
 //! `attempt:<id>` (decimal text), so a test can see that a snooze spends no
 //! attempt. A failed key-value call logs a warning and returns
 //! `retry(some(100))`; a payload it cannot read is rejected.
-use sluice_guest::{Guest, Level, Message, Outcome, kv, log};
+use std::time::Duration;
 
-struct Snoozer;
+use sluice_sdk::{HostError, Message, Outcome, Reject, kv, warn};
 
 /// `{"snoozes": N, "delay_ms": D}` as (N, D).
 fn parse(payload: &[u8]) -> Option<(i64, u64)> {
@@ -18,27 +18,25 @@ fn parse(payload: &[u8]) -> Option<(i64, u64)> {
 }
 
 /// The outcome of one delivery, or the key-value error that stopped it.
-fn decide(message: &Message, snoozes: i64, delay_ms: u64) -> Result<Outcome, String> {
-    let count = kv::increment(&format!("snoozed:{}", message.id), 1)?;
-    let attempt = message.attempt.to_string();
-    kv::set(&format!("attempt:{}", message.id), attempt.as_bytes(), None)?;
+fn decide(message: &Message, snoozes: i64, delay_ms: u64) -> Result<Outcome, HostError> {
+    let count = kv::increment(&format!("snoozed:{}", message.id()), 1)?;
+    let attempt = message.attempt().to_string();
+    kv::set(&format!("attempt:{}", message.id()), attempt, None)?;
     Ok(if count <= snoozes {
-        Outcome::Snooze(delay_ms)
+        Outcome::Snooze(Duration::from_millis(delay_ms))
     } else {
         Outcome::Done
     })
 }
 
-impl Guest for Snoozer {
-    fn handle(message: Message) -> Outcome {
-        let Some((snoozes, delay_ms)) = parse(&message.payload) else {
-            return Outcome::Reject(r#"expected {"snoozes": N, "delay_ms": D}"#.into());
-        };
-        decide(&message, snoozes, delay_ms).unwrap_or_else(|e| {
-            log(Level::Warn, &format!("snoozer: key-value store: {e}"));
-            Outcome::Retry(Some(100))
-        })
-    }
+fn handle(message: &Message) -> Outcome {
+    let Some((snoozes, delay_ms)) = parse(message.payload()) else {
+        return Reject::new(r#"expected {"snoozes": N, "delay_ms": D}"#).into();
+    };
+    decide(message, snoozes, delay_ms).unwrap_or_else(|e| {
+        warn!("snoozer: key-value store: {e}");
+        Outcome::Retry(Some(Duration::from_millis(100)))
+    })
 }
 
-sluice_guest::export!(Snoozer);
+sluice_sdk::handler!(handle);
