@@ -65,6 +65,9 @@ static void sleep_ms(uint64_t ms) {
 }
 
 /* Logs `order <id_text>` followed by the printf-style rest of the line. */
+static void log_order(sluice_level_t level, const order *o, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+
 static void log_order(sluice_level_t level, const order *o, const char *format, ...) {
     sbuf line;
     sbuf_init(&line);
@@ -199,7 +202,8 @@ static bool announce(const order *o, const sbuf *payload, const sluice_publish_o
 static void log_forwarded(const order *o, const char *message_id, const char *queue) {
     int64_t count;
     if (sluice_kv_increment(FORWARDED_KEY, 1, &count)) {
-        log_order(SLUICE_INFO, o, " (qty %" PRIu64 ") from message %s forwarded to %s (forwarded: %" PRId64 ")",
+        log_order(SLUICE_INFO, o,
+                  " (qty %" PRIu64 ") from message %s forwarded to %s (forwarded: %" PRId64 ")",
                   o->qty, message_id, queue, count);
         return;
     }

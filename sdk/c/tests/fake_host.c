@@ -165,8 +165,8 @@ void sluice_handler_config_get_all(SLUICE__W(list_tuple2_string_string_t) *ret) 
 
 static int kv_find(const wit_string *key) {
     for (size_t i = 0; i < host.kv_count; i++) {
-        if (host.kv_keys[i].len == key->len && memcmp(host.kv_keys[i].data, key->ptr, key->len) == 0)
-            return (int)i;
+        fake_bytes *k = &host.kv_keys[i];
+        if (k->len == key->len && memcmp(k->data, key->ptr, key->len) == 0) return (int)i;
     }
     return -1;
 }
