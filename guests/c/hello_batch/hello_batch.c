@@ -7,52 +7,23 @@
  * `wrong-length` it returns one outcome too many (an extra `done`), which
  * the host must refuse, failing the whole batch.
  */
-#include <stdlib.h>
-#include <string.h>
+#define SLUICE_IMPLEMENTATION
+#include "sluice.h"
 
-#include "guest.h"
-
-static bool payload_is(const handler_list_u8_t *payload, const char *text) {
-    size_t len = strlen(text);
-    return payload->len == len && memcmp(payload->ptr, text, len) == 0;
+static sluice_outcome_t decide(const sluice_message_t *message) {
+    if (sluice_payload_is(message, "retry")) return sluice_retry_after_ms(10);
+    if (sluice_payload_is(message, "reject")) return sluice_reject("rejected by hello_batch");
+    if (sluice_payload_is(message, "snooze")) return sluice_snooze_ms(50);
+    return sluice_done();
 }
 
-static void decide(const handler_message_t *message, handler_outcome_t *ret) {
-    static const char rejected[] = "rejected by hello_batch";
-    if (payload_is(&message->payload, "retry")) {
-        outcome_retry(ret, true, 10);
-    } else if (payload_is(&message->payload, "reject")) {
-        outcome_reject(ret, rejected, sizeof rejected - 1);
-    } else if (payload_is(&message->payload, "snooze")) {
-        outcome_snooze(ret, 50);
-    } else {
-        outcome_done(ret);
-    }
-}
-
-void exports_batch_handler_handle_batch(batch_handler_list_message_t *messages,
-                                        batch_handler_list_outcome_t *ret) {
-    size_t n = messages->len;
-    sbuf line;
-    sbuf_init(&line);
-    sbuf_puts(&line, "hello_batch: ");
-    sbuf_put_u64(&line, n);
-    sbuf_puts(&line, " messages");
-    guest_log_sbuf(SLUICE_HANDLER_LOG_LEVEL_INFO, &line);
-
+void sluice_handle_batch(const sluice_message_t *messages, size_t count,
+                         sluice_outcomes_t *outcomes) {
+    sluice_log_info("hello_batch: %zu messages", count);
     bool wrong_length = false;
-    for (size_t i = 0; i < n; i++) {
-        if (payload_is(&messages->ptr[i].payload, "wrong-length")) wrong_length = true;
+    for (size_t i = 0; i < count; i++) {
+        sluice_outcomes_push(outcomes, decide(&messages[i]));
+        if (sluice_payload_is(&messages[i], "wrong-length")) wrong_length = true;
     }
-    /* The array is freed by the generated post-return function (when not empty). */
-    ret->len = n + (wrong_length ? 1 : 0);
-    ret->ptr = NULL;
-    if (ret->len > 0) {
-        ret->ptr = malloc(ret->len * sizeof *ret->ptr);
-        if (!ret->ptr) abort();
-    }
-    for (size_t i = 0; i < n; i++) decide(&messages->ptr[i], &ret->ptr[i]);
-    if (wrong_length) outcome_done(&ret->ptr[n]);
-
-    batch_handler_list_message_free(messages); /* the export owns its argument */
+    if (wrong_length) sluice_outcomes_push(outcomes, sluice_done());
 }

@@ -16,16 +16,25 @@
  *    routing key `orders.<region>.created`;
  * 11. counts the forward in the key-value store (key `forwarded`); without
  *    the key-value grant it warns and forwards the order all the same.
+ *
+ * json.c is the example's own JSON parser, and rust_text.c its copy of
+ * Rust's rules for numbers and quoting, so that the logs match the Rust
+ * guest's byte for byte.
  */
 /* nanosleep is POSIX: -std=c11 hides it without this. */
 #define _POSIX_C_SOURCE 200809L
 
+#define SLUICE_IMPLEMENTATION
+#include "sluice.h"
+
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "guest.h"
+#include "json.h"
+#include "rust_text.h"
 
 #define DEFAULT_RETRY_DELAY_MS 10
 #define DEFAULT_FOLLOWUP_QUEUE "shipping"
@@ -35,6 +44,18 @@
 /* The longest `region`: one word of a routing key. */
 #define MAX_REGION_LEN 32
 
+/* An order, borrowed from the parsed payload. */
+typedef struct {
+    const json_value *id;   /* as it appeared: a string or a number */
+    const char *id_text;    /* the string, or the number as JSON writes it */
+    size_t id_len;          /* (a JSON string may hold NUL) */
+    uint64_t qty;
+    const char *region;     /* the routing key's middle word */
+    bool has_retry_until;
+    uint64_t retry_until;   /* `retry_until_attempt` */
+    bool always_retry;
+} order;
+
 static void sleep_ms(uint64_t ms) {
     struct timespec t;
     t.tv_sec = (time_t)(ms / 1000);
@@ -43,18 +64,32 @@ static void sleep_ms(uint64_t ms) {
     }
 }
 
-/* Rejects with `malformed order: <why>` (`why` of `len` bytes). */
-static void malformed(handler_outcome_t *ret, const char *why, size_t len) {
-    sbuf reason;
-    sbuf_init(&reason);
-    sbuf_puts(&reason, "malformed order: ");
-    sbuf_put(&reason, why, len);
-    sbuf_check(&reason);
-    outcome_reject(ret, reason.data, reason.len);
-    sbuf_free(&reason);
+/* Logs `order <id_text>` followed by the printf-style rest of the line. */
+static void log_order(sluice_level_t level, const order *o, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void log_order(sluice_level_t level, const order *o, const char *format, ...) {
+    sbuf line;
+    sbuf_init(&line);
+    sbuf_puts(&line, "order ");
+    sbuf_put(&line, o->id_text, o->id_len);
+    va_list args;
+    va_start(args, format);
+    sbuf_vprintf(&line, format, args);
+    va_end(args);
+    sbuf_check(&line);
+    sluice_log_text(level, line.data, line.len);
+    sbuf_free(&line);
 }
 
-static void malformed_s(handler_outcome_t *ret, const char *why) { malformed(ret, why, strlen(why)); }
+/* `text` quoted as Rust's {:?} writes it, in fresh heap memory (free it). */
+static char *quoted(const char *text) {
+    sbuf b;
+    sbuf_init(&b);
+    sbuf_put_rust_debug(&b, text, strlen(text));
+    sbuf_check(&b);
+    return b.data;
+}
 
 /* 1 to 32 of ASCII letters, digits, `-` and `_`: one word of a routing key. */
 static bool is_word(const char *s, size_t len) {
@@ -68,292 +103,178 @@ static bool is_word(const char *s, size_t len) {
     return true;
 }
 
+/* Steps 4 to 6: fills *o from the parsed payload, or sets *reject and
+ * returns false. */
+static bool parse_order(const json_value *root, order *o, sluice_outcome_t *reject) {
+    memset(o, 0, sizeof *o);
+    if (root->type != JSON_OBJECT) {
+        *reject = sluice_reject("malformed order: not a JSON object");
+        return false;
+    }
+    o->id = json_object_get(root, "id");
+    if (!o->id) {
+        *reject = sluice_reject("malformed order: missing `id`");
+        return false;
+    } else if (o->id->type == JSON_STRING) {
+        o->id_text = o->id->u.string.data;
+        o->id_len = o->id->u.string.len;
+    } else if (o->id->type == JSON_NUMBER) {
+        o->id_text = o->id->u.number.text;
+        o->id_len = o->id->u.number.text_len;
+    } else {
+        *reject = sluice_reject("malformed order: `id` must be a string or a number");
+        return false;
+    }
+
+    o->qty = 1;
+    const json_value *qty = json_object_get(root, "qty");
+    if (qty && !(json_as_u64(qty, &o->qty) && o->qty > 0)) {
+        sbuf got; /* the value as serde_json writes it */
+        sbuf_init(&got);
+        sbuf_put_json(&got, qty);
+        sbuf_check(&got);
+        *reject = sluice_rejectf("malformed order: `qty` must be a positive integer, got %s",
+                                 got.data);
+        sbuf_free(&got);
+        return false;
+    }
+
+    o->region = DEFAULT_REGION;
+    const json_value *region = json_object_get(root, "region");
+    if (region) {
+        if (region->type != JSON_STRING || !is_word(region->u.string.data, region->u.string.len)) {
+            *reject = sluice_reject(
+                "malformed order: `region` must be a word of letters, digits, - or _");
+            return false;
+        }
+        o->region = region->u.string.data;
+    }
+
+    o->has_retry_until = json_as_u64(json_object_get(root, "retry_until_attempt"), &o->retry_until);
+    const json_value *always = json_object_get(root, "always_retry");
+    o->always_retry = always && always->type == JSON_BOOL && always->u.boolean;
+    return true;
+}
+
+/* Config `retry_delay_ms` (trimmed), default 10; a bad value logs a warning. */
+static uint64_t retry_delay_ms(void) {
+    const char *value = sluice_config("retry_delay_ms");
+    if (!value) return DEFAULT_RETRY_DELAY_MS;
+    const char *digits = value;
+    size_t len = strlen(value);
+    trim_unicode(&digits, &len);
+    uint64_t delay;
+    if (parse_u64(digits, len, &delay)) return delay;
+    char *shown = quoted(value);
+    sluice_log_warn("config retry_delay_ms=%s is not a u64; using %d", shown,
+                    DEFAULT_RETRY_DELAY_MS);
+    free(shown);
+    return DEFAULT_RETRY_DELAY_MS;
+}
+
 /*
  * Step 10: announces the follow-up on config `events_topic`, if set, with
  * routing key `orders.<region>.created`. False when the publish failed (it
  * logs why): the caller retries, which drops the held follow-up.
  */
-static bool announce(const char *id_text, size_t id_len, const char *region, size_t region_len,
-                     handler_list_u8_t *payload, sluice_handler_publish_publish_options_t *options) {
-    size_t topic_len;
-    char *topic = guest_config("events_topic", &topic_len);
+static bool announce(const order *o, const sbuf *payload, const sluice_publish_options_t *options) {
+    const char *topic = sluice_config("events_topic");
     if (!topic) return true;
-    sbuf route;
-    sbuf_init(&route);
-    sbuf_puts(&route, "orders.");
-    sbuf_put(&route, region, region_len);
-    sbuf_puts(&route, ".created");
-    sbuf_check(&route);
-
-    handler_string_t topic_arg = {(uint8_t *)topic, topic_len};
-    handler_string_t route_arg = {(uint8_t *)route.data, route.len};
+    char route[sizeof "orders..created" + MAX_REGION_LEN];
+    snprintf(route, sizeof route, "orders.%s.created", o->region);
     uint32_t copies;
-    handler_string_t err;
-    bool ok = sluice_handler_publish_publish_to_topic(&topic_arg, &route_arg, payload, options,
-                                                      &copies, &err);
-    sbuf line;
-    sbuf_init(&line);
-    sbuf_puts(&line, "order ");
-    sbuf_put(&line, id_text, id_len);
-    if (ok) {
-        sbuf_puts(&line, " announced on ");
-        sbuf_put(&line, topic, topic_len);
-        sbuf_puts(&line, " as ");
-        sbuf_put(&line, route.data, route.len);
-        sbuf_puts(&line, " to ");
-        sbuf_put_u64(&line, copies);
-        sbuf_puts(&line, " queue(s)");
-        guest_log_sbuf(SLUICE_HANDLER_LOG_LEVEL_INFO, &line);
-    } else {
-        sbuf_puts(&line, ": publish to topic ");
-        sbuf_put_rust_debug(&line, topic, topic_len);
-        sbuf_puts(&line, " failed: ");
-        sbuf_put(&line, err.ptr, err.len);
-        handler_string_free(&err); /* the error string is ours */
-        guest_log_sbuf(SLUICE_HANDLER_LOG_LEVEL_ERROR, &line);
+    if (!sluice_publish_to_topic(topic, route, payload->data, payload->len, options, &copies)) {
+        char *shown = quoted(topic);
+        log_order(SLUICE_ERROR, o, ": publish to topic %s failed: %s", shown, sluice_last_error());
+        free(shown);
+        return false;
     }
-    sbuf_free(&route);
-    free(topic);
-    return ok;
-}
-
-/* Config `retry_delay_ms` (trimmed), default 10; a bad value logs a warning. */
-static uint64_t retry_delay_ms(void) {
-    size_t len;
-    char *value = guest_config("retry_delay_ms", &len);
-    if (!value) return DEFAULT_RETRY_DELAY_MS;
-    const char *s = value;
-    size_t n = len;
-    trim_unicode(&s, &n);
-    uint64_t delay;
-    if (!parse_u64(s, n, &delay)) {
-        sbuf warn;
-        sbuf_init(&warn);
-        sbuf_puts(&warn, "config retry_delay_ms=");
-        sbuf_put_rust_debug(&warn, value, len);
-        sbuf_puts(&warn, " is not a u64; using ");
-        sbuf_put_u64(&warn, DEFAULT_RETRY_DELAY_MS);
-        guest_log_sbuf(SLUICE_HANDLER_LOG_LEVEL_WARN, &warn);
-        delay = DEFAULT_RETRY_DELAY_MS;
-    }
-    free(value);
-    return delay;
+    log_order(SLUICE_INFO, o, " announced on %s as %s to %" PRIu32 " queue(s)", topic, route,
+              copies);
+    return true;
 }
 
 /*
- * Counts one forward in the key-value store and logs `line` (freeing it)
- * with the new count. The count is a statistic: when the store refuses (not
- * granted, unreachable) it logs a warning and `line` as it is.
+ * Step 11: counts the forward in the key-value store and logs it. The count
+ * is a statistic: when the store refuses (not granted, unreachable) it warns
+ * and logs the forward without a count.
  */
-static void log_forwarded(const char *id_text, size_t id_len, sbuf *line) {
-    handler_string_t key;
-    handler_string_set(&key, FORWARDED_KEY);
+static void log_forwarded(const order *o, const char *message_id, const char *queue) {
     int64_t count;
-    handler_string_t err;
-    if (sluice_handler_kv_increment(&key, 1, &count, &err)) {
-        sbuf_puts(line, " (forwarded: ");
-        if (count < 0) {
-            sbuf_puts(line, "-");
-            sbuf_put_u64(line, (uint64_t)0 - (uint64_t)count);
-        } else {
-            sbuf_put_u64(line, (uint64_t)count);
-        }
-        sbuf_puts(line, ")");
-    } else {
-        sbuf warn;
-        sbuf_init(&warn);
-        sbuf_puts(&warn, "order ");
-        sbuf_put(&warn, id_text, id_len);
-        sbuf_puts(&warn, ": not counted: ");
-        sbuf_put(&warn, err.ptr, err.len);
-        handler_string_free(&err); /* the error string is ours */
-        guest_log_sbuf(SLUICE_HANDLER_LOG_LEVEL_WARN, &warn);
+    if (sluice_kv_increment(FORWARDED_KEY, 1, &count)) {
+        log_order(SLUICE_INFO, o,
+                  " (qty %" PRIu64 ") from message %s forwarded to %s (forwarded: %" PRId64 ")",
+                  o->qty, message_id, queue, count);
+        return;
     }
-    guest_log_sbuf(SLUICE_HANDLER_LOG_LEVEL_INFO, line);
+    log_order(SLUICE_WARN, o, ": not counted: %s", sluice_last_error());
+    log_order(SLUICE_INFO, o, " (qty %" PRIu64 ") from message %s forwarded to %s", o->qty,
+              message_id, queue);
 }
 
-/* Decides about one message. Borrows `message`; sets `*ret`. */
-static void handle(const handler_message_t *message, handler_outcome_t *ret) {
-    const uint8_t *payload = message->payload.ptr;
-    size_t payload_len = message->payload.len;
-    if (!utf8_valid(payload, payload_len)) {
-        static const char reason[] = "payload is not UTF-8";
-        outcome_reject(ret, reason, sizeof reason - 1);
-        return;
-    }
-
-    char *error = NULL;
-    json_value *root = json_parse(payload, payload_len, &error);
-    if (!root) {
-        if (!error) abort(); /* out of memory */
-        malformed_s(ret, error);
-        free(error);
-        return;
-    }
-    if (root->type != JSON_OBJECT) {
-        malformed_s(ret, "not a JSON object");
-        json_free(root);
-        return;
-    }
-
-    /* id, and id_text: the string itself or the number as JSON writes it. */
-    const json_value *id = json_object_get(root, "id");
-    const char *id_text;
-    size_t id_len;
-    if (!id) {
-        malformed_s(ret, "missing `id`");
-        json_free(root);
-        return;
-    } else if (id->type == JSON_STRING) {
-        id_text = id->u.string.data;
-        id_len = id->u.string.len;
-    } else if (id->type == JSON_NUMBER) {
-        id_text = id->u.number.text;
-        id_len = id->u.number.text_len;
-    } else {
-        malformed_s(ret, "`id` must be a string or a number");
-        json_free(root);
-        return;
-    }
-
-    uint64_t qty = 1;
-    const json_value *qty_value = json_object_get(root, "qty");
-    if (qty_value && !(json_as_u64(qty_value, &qty) && qty > 0)) {
-        sbuf why;
-        sbuf_init(&why);
-        sbuf_puts(&why, "`qty` must be a positive integer, got ");
-        sbuf_put_json(&why, qty_value);
-        sbuf_check(&why);
-        malformed(ret, why.data, why.len);
-        sbuf_free(&why);
-        json_free(root);
-        return;
-    }
-
-    const char *region = DEFAULT_REGION;
-    size_t region_len = strlen(DEFAULT_REGION);
-    const json_value *region_value = json_object_get(root, "region");
-    if (region_value) {
-        if (region_value->type != JSON_STRING ||
-            !is_word(region_value->u.string.data, region_value->u.string.len)) {
-            malformed_s(ret, "`region` must be a word of letters, digits, - or _");
-            json_free(root);
-            return;
-        }
-        region = region_value->u.string.data;
-        region_len = region_value->u.string.len;
-    }
-
-    uint64_t until;
-    if (json_as_u64(json_object_get(root, "retry_until_attempt"), &until) &&
-        (uint64_t)message->attempt < until) {
+/* Steps 7 to 11, for a valid order. */
+static sluice_outcome_t handle_order(const sluice_message_t *message, const order *o) {
+    uint32_t attempt = sluice_message_attempt(message);
+    if (o->has_retry_until && attempt < o->retry_until) {
         uint64_t delay = retry_delay_ms();
-        sbuf line;
-        sbuf_init(&line);
-        sbuf_puts(&line, "order ");
-        sbuf_put(&line, id_text, id_len);
-        sbuf_puts(&line, ": attempt ");
-        sbuf_put_u64(&line, message->attempt);
-        sbuf_puts(&line, " < ");
-        sbuf_put_u64(&line, until);
-        sbuf_puts(&line, ", retrying in ");
-        sbuf_put_u64(&line, delay);
-        sbuf_puts(&line, " ms");
-        guest_log_sbuf(SLUICE_HANDLER_LOG_LEVEL_INFO, &line);
-        outcome_retry(ret, true, delay);
-        json_free(root);
-        return;
+        log_order(SLUICE_INFO, o, ": attempt %" PRIu32 " < %" PRIu64 ", retrying in %" PRIu64 " ms",
+                  attempt, o->retry_until, delay);
+        return sluice_retry_after_ms(delay);
+    }
+    if (o->always_retry) {
+        log_order(SLUICE_INFO, o, ": always_retry set, retrying");
+        return sluice_retry();
     }
 
-    const json_value *always = json_object_get(root, "always_retry");
-    if (always && always->type == JSON_BOOL && always->u.boolean) {
-        sbuf line;
-        sbuf_init(&line);
-        sbuf_puts(&line, "order ");
-        sbuf_put(&line, id_text, id_len);
-        sbuf_puts(&line, ": always_retry set, retrying");
-        guest_log_sbuf(SLUICE_HANDLER_LOG_LEVEL_INFO, &line);
-        outcome_retry(ret, false, 0);
-        json_free(root);
-        return;
-    }
-
-    size_t queue_len;
-    char *queue = guest_config("followup_queue", &queue_len);
-    if (!queue) {
-        queue_len = strlen(DEFAULT_FOLLOWUP_QUEUE);
-        queue = malloc(queue_len + 1);
-        if (!queue) abort();
-        memcpy(queue, DEFAULT_FOLLOWUP_QUEUE, queue_len + 1);
-    }
-
+    const char *message_id = sluice_message_id(message);
+    const char *queue = sluice_config_or("followup_queue", DEFAULT_FOLLOWUP_QUEUE);
     /* {"order":<id as it appeared>,"qty":<qty>,"source":"<message id>"} */
     sbuf followup;
     sbuf_init(&followup);
     sbuf_puts(&followup, "{\"order\":");
-    sbuf_put_json(&followup, id);
+    sbuf_put_json(&followup, o->id);
     sbuf_puts(&followup, ",\"qty\":");
-    sbuf_put_u64(&followup, qty);
+    sbuf_put_u64(&followup, o->qty);
     sbuf_puts(&followup, ",\"source\":");
-    sbuf_put_json_string(&followup, (const char *)message->id.ptr, message->id.len);
+    sbuf_put_json_string(&followup, message_id, strlen(message_id));
     sbuf_puts(&followup, "}");
     sbuf_check(&followup);
 
-    /* All borrowed: publish copies what it needs. */
-    handler_string_t queue_arg = {(uint8_t *)queue, queue_len};
-    handler_list_u8_t payload_arg = {(uint8_t *)followup.data, followup.len};
-    handler_tuple2_string_string_t header;
-    handler_string_set(&header.f0, "order-id");
-    header.f1 = (handler_string_t){(uint8_t *)id_text, id_len};
-    sluice_handler_publish_publish_options_t options;
-    memset(&options, 0, sizeof options);
-    options.headers.ptr = &header;
-    options.headers.len = 1;
-    options.key.is_some = false;
-    options.delay_ms.is_some = false;
-
-    handler_string_t err;
-    sbuf line;
-    sbuf_init(&line);
-    sbuf_puts(&line, "order ");
-    sbuf_put(&line, id_text, id_len);
-    if (!sluice_handler_publish_publish(&queue_arg, &payload_arg, &options, &err)) {
-        sbuf_puts(&line, ": publish to ");
-        sbuf_put_rust_debug(&line, queue, queue_len);
-        sbuf_puts(&line, " failed: ");
-        sbuf_put(&line, err.ptr, err.len);
-        handler_string_free(&err); /* the error string is ours */
-        guest_log_sbuf(SLUICE_HANDLER_LOG_LEVEL_ERROR, &line);
-        outcome_retry(ret, false, 0);
-    } else if (!announce(id_text, id_len, region, region_len, &payload_arg, &options)) {
-        sbuf_free(&line);
-        outcome_retry(ret, false, 0);
-    } else {
-        sbuf_puts(&line, " (qty ");
-        sbuf_put_u64(&line, qty);
-        sbuf_puts(&line, ") from message ");
-        sbuf_put(&line, message->id.ptr, message->id.len);
-        sbuf_puts(&line, " forwarded to ");
-        sbuf_put(&line, queue, queue_len);
-        log_forwarded(id_text, id_len, &line);
-        outcome_done(ret);
+    sluice_pair_t header = {"order-id", o->id_text, o->id_len};
+    sluice_publish_options_t options = {.headers = &header, .header_count = 1};
+    sluice_outcome_t outcome = sluice_retry();
+    if (!sluice_publish(queue, followup.data, followup.len, &options)) {
+        char *shown = quoted(queue);
+        log_order(SLUICE_ERROR, o, ": publish to %s failed: %s", shown, sluice_last_error());
+        free(shown);
+    } else if (announce(o, &followup, &options)) {
+        log_forwarded(o, message_id, queue);
+        outcome = sluice_done();
     }
-
     sbuf_free(&followup);
-    free(queue);
-    json_free(root);
+    return outcome;
 }
 
-void exports_handler_handle(handler_message_t *message, handler_outcome_t *ret) {
+sluice_outcome_t sluice_handle(const sluice_message_t *message) {
     /* Simulated processing time: config work_ms, when it is a whole number. */
-    size_t len;
-    char *work = guest_config("work_ms", &len);
-    if (work) {
-        uint64_t ms;
-        if (parse_u64(work, len, &ms)) sleep_ms(ms);
-        free(work);
-    }
+    const char *work = sluice_config("work_ms");
+    uint64_t ms;
+    if (work && parse_u64(work, strlen(work), &ms)) sleep_ms(ms);
 
-    handle(message, ret);
-    handler_message_free(message); /* the export owns its argument */
+    size_t len;
+    const uint8_t *payload = sluice_payload(message, &len);
+    if (!utf8_valid(payload, len)) return sluice_reject("payload is not UTF-8");
+    char *error = NULL;
+    json_value *root = json_parse(payload, len, &error);
+    if (!root) {
+        if (!error) abort(); /* out of memory */
+        sluice_outcome_t reject = sluice_rejectf("malformed order: %s", error);
+        free(error);
+        return reject;
+    }
+    order o;
+    sluice_outcome_t outcome;
+    if (parse_order(root, &o, &outcome)) outcome = handle_order(message, &o);
+    json_free(root);
+    return outcome;
 }

@@ -2,6 +2,7 @@
 #include "json.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,22 @@ void sbuf_put(sbuf *b, const void *bytes, size_t len) {
 }
 
 void sbuf_puts(sbuf *b, const char *s) { sbuf_put(b, s, strlen(s)); }
+
+void sbuf_vprintf(sbuf *b, const char *format, va_list args) {
+    va_list again;
+    va_copy(again, args);
+    int n = vsnprintf(NULL, 0, format, args);
+    if (n < 0) b->failed = true; /* an encoding error */
+    if (n >= 0 && sbuf_reserve(b, (size_t)n)) {
+        vsnprintf(b->data + b->len, (size_t)n + 1, format, again);
+        b->len += (size_t)n;
+    }
+    va_end(again);
+}
+
+void sbuf_check(const sbuf *b) {
+    if (b->failed) abort();
+}
 
 static void sbuf_putc(sbuf *b, char c) { sbuf_put(b, &c, 1); }
 

@@ -18,6 +18,7 @@
 #ifndef SLUICE_JSON_H
 #define SLUICE_JSON_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -109,6 +110,10 @@ void sbuf_init(sbuf *b);
 void sbuf_free(sbuf *b);
 void sbuf_put(sbuf *b, const void *bytes, size_t len);
 void sbuf_puts(sbuf *b, const char *s);
+/* Appends printf-style text. */
+void sbuf_vprintf(sbuf *b, const char *format, va_list args);
+/* Traps when `b` ran out of memory, as the generated cabi_realloc does. */
+void sbuf_check(const sbuf *b);
 void sbuf_put_u64(sbuf *b, uint64_t v);
 /* Appends `"..."` with serde_json's string escaping. */
 void sbuf_put_json_string(sbuf *b, const char *s, size_t len);

@@ -1,37 +1,5 @@
-/* Helpers over the generated bindings. See guest.h. */
-#include "guest.h"
-
-#include <stdlib.h>
-#include <string.h>
-
-void guest_log(sluice_handler_log_level_t level, const char *text, size_t len) {
-    handler_string_t message = {(uint8_t *)text, len};
-    sluice_handler_log_log(level, &message);
-}
-
-void sbuf_check(const sbuf *b) {
-    if (b->failed) abort();
-}
-
-void guest_log_sbuf(sluice_handler_log_level_t level, sbuf *b) {
-    sbuf_check(b);
-    guest_log(level, b->data ? b->data : "", b->len);
-    sbuf_free(b);
-}
-
-char *guest_config(const char *key, size_t *len) {
-    handler_string_t k;
-    handler_string_set(&k, key); /* borrowed, not copied */
-    handler_string_t value;
-    if (!sluice_handler_config_get(&k, &value)) return NULL;
-    char *copy = malloc(value.len + 1);
-    if (!copy) abort();
-    if (value.len) memcpy(copy, value.ptr, value.len);
-    copy[value.len] = '\0';
-    *len = value.len;
-    handler_string_free(&value); /* returned strings are ours to free */
-    return copy;
-}
+/* Rust's rules for reading and quoting text. See rust_text.h. */
+#include "rust_text.h"
 
 bool parse_u64(const char *s, size_t len, uint64_t *out) {
     size_t i = 0;
@@ -105,29 +73,4 @@ void sbuf_put_rust_debug(sbuf *b, const char *s, size_t len) {
         }
     }
     sbuf_put(b, "\"", 1);
-}
-
-void outcome_done(handler_outcome_t *ret) {
-    memset(ret, 0, sizeof *ret);
-    ret->tag = SLUICE_HANDLER_TYPES_OUTCOME_DONE;
-}
-
-void outcome_retry(handler_outcome_t *ret, bool has_delay, uint64_t delay_ms) {
-    memset(ret, 0, sizeof *ret);
-    ret->tag = SLUICE_HANDLER_TYPES_OUTCOME_RETRY;
-    ret->val.retry.is_some = has_delay;
-    ret->val.retry.val = delay_ms;
-}
-
-void outcome_reject(handler_outcome_t *ret, const char *reason, size_t len) {
-    memset(ret, 0, sizeof *ret);
-    ret->tag = SLUICE_HANDLER_TYPES_OUTCOME_REJECT;
-    /* Freed by the generated post-return function. */
-    handler_string_dup_n(&ret->val.reject, reason, len);
-}
-
-void outcome_snooze(handler_outcome_t *ret, uint64_t delay_ms) {
-    memset(ret, 0, sizeof *ret);
-    ret->tag = SLUICE_HANDLER_TYPES_OUTCOME_SNOOZE;
-    ret->val.snooze = delay_ms;
 }

@@ -2,7 +2,7 @@
  * Native unit tests of json.c (no WebAssembly needed):
  *
  *     cc -std=c11 -Wall -Wextra -fsanitize=address,undefined -g \
- *        guests/c/common/json.c guests/c/common/json_test.c -lm -o /tmp/json_test && /tmp/json_test
+ *        guests/c/orders/json.c guests/c/orders/json_test.c -lm -o /tmp/json_test && /tmp/json_test
  *
  * scripts/build-guests-c runs it when a native `cc` is present.
  */
