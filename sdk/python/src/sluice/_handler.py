@@ -1,0 +1,102 @@
+"""The decorators that make a function the component's export.
+
+componentize-py 0.25.1 imports the app module while it builds the component
+and takes from it the class named `WitWorld`, whose method `handle` (world
+`handler`) or `handle_batch` (world `batch-handler`) it exports. The
+decorators define that class in the decorated function's module, so an
+app.py needs nothing but the decorated function.
+"""
+import sys
+import traceback
+from typing import Callable, List, Sequence, TypeVar
+
+import wit_world
+from wit_world.imports import types
+
+from . import log
+from ._message import Message
+from ._outcome import Outcome, Retry, to_wit
+
+Handler = TypeVar("Handler", bound=Callable[[Message], Outcome])
+BatchHandler = TypeVar("BatchHandler", bound=Callable[[List[Message]], Sequence[Outcome]])
+
+
+def handler(fn: Handler) -> Handler:
+    """Make `fn` the handler of the world `handler`: called once per message,
+    it returns `sluice.done()`, `retry()`, `reject(reason)` or `snooze(after)`.
+
+    An exception `fn` does not catch becomes `retry()` (after the backoff
+    policy), with the exception's type and text logged at error. Decorate a
+    function of the app module itself (app.py), once. Returns `fn` unchanged,
+    so tests can call it directly.
+    """
+    _check_world("handle", "handler", "batch_handler", "batch-handler")
+
+    class WitWorld:
+        def handle(self, message: types.Message) -> types.Outcome:
+            try:
+                return to_wit(fn(Message._from_wit(message)))
+            except Exception as e:
+                _log_uncaught(e)
+                return types.Outcome_Retry(None)
+
+    _install(fn, WitWorld)
+    return fn
+
+
+def batch_handler(fn: BatchHandler) -> BatchHandler:
+    """Make `fn` the handler of the world `batch-handler`: called with a list
+    of messages, it returns one outcome per message, in the same order. The
+    host fails the whole call (every message spends its attempt) when the
+    list has any other length.
+
+    An exception `fn` does not catch becomes `retry()` for every message of
+    the batch, with the exception's type and text logged at error. Decorate
+    a function of the app module itself (app.py), once. Returns `fn`
+    unchanged, so tests can call it directly.
+    """
+    _check_world("handle_batch", "batch-handler", "handler", "handler")
+
+    class WitWorld:
+        def handle_batch(self, messages: List[types.Message]) -> List[types.Outcome]:
+            try:
+                outcomes = fn([Message._from_wit(m) for m in messages])
+                return [to_wit(outcome) for outcome in outcomes]
+            except Exception as e:
+                _log_uncaught(e)
+                return [types.Outcome_Retry(None) for _ in messages]
+
+    _install(fn, WitWorld)
+    return fn
+
+
+def _check_world(export: str, world: str, other: str, other_world: str) -> None:
+    """Fails the build, saying what to do, when the decorator does not match
+    the world the component is built for."""
+    if not hasattr(wit_world.WitWorld, export):
+        raise TypeError(
+            f"@sluice.{world.replace('-', '_')} needs the world `{world}`, but this "
+            f"component is built for another: use @sluice.{other} for the world "
+            f"`{other_world}`, or build with `-w {world}`"
+        )
+
+
+def _install(fn: Callable[..., object], cls: type) -> None:
+    module = sys.modules[fn.__module__]
+    if hasattr(module, "WitWorld"):
+        raise TypeError(
+            f"module {module.__name__} already has a WitWorld: decorate one "
+            "function with @sluice.handler or @sluice.batch_handler, and "
+            "define no WitWorld class of your own"
+        )
+    cls.__qualname__ = cls.__name__ = "WitWorld"
+    cls.__module__ = module.__name__
+    setattr(module, "WitWorld", cls)
+
+
+def _log_uncaught(e: Exception) -> None:
+    where = traceback.extract_tb(e.__traceback__)[-1]
+    log.error(
+        f"uncaught {type(e).__name__}: {e} (at {where.filename}:{where.lineno}); "
+        "retrying"
+    )
