@@ -15,7 +15,7 @@ from wit_world.imports import types
 
 from . import log
 from ._message import Message
-from ._outcome import Outcome, Retry, to_wit
+from ._outcome import Outcome, to_wit
 
 Handler = TypeVar("Handler", bound=Callable[[Message], Outcome])
 BatchHandler = TypeVar("BatchHandler", bound=Callable[[List[Message]], Sequence[Outcome]])
@@ -30,7 +30,7 @@ def handler(fn: Handler) -> Handler:
     function of the app module itself (app.py), once. Returns `fn` unchanged,
     so tests can call it directly.
     """
-    _check_world("handle", "handler", "batch_handler", "batch-handler")
+    _check_world("handler")
 
     class WitWorld:
         def handle(self, message: types.Message) -> types.Outcome:
@@ -55,7 +55,7 @@ def batch_handler(fn: BatchHandler) -> BatchHandler:
     a function of the app module itself (app.py), once. Returns `fn`
     unchanged, so tests can call it directly.
     """
-    _check_world("handle_batch", "batch-handler", "handler", "handler")
+    _check_world("batch-handler")
 
     class WitWorld:
         def handle_batch(self, messages: List[types.Message]) -> List[types.Outcome]:
@@ -70,15 +70,25 @@ def batch_handler(fn: BatchHandler) -> BatchHandler:
     return fn
 
 
-def _check_world(export: str, world: str, other: str, other_world: str) -> None:
+# Each world's export, as componentize-py names the method, and its decorator.
+_WORLDS = {
+    "handler": ("handle", "handler"),
+    "batch-handler": ("handle_batch", "batch_handler"),
+}
+
+
+def _check_world(world: str) -> None:
     """Fails the build, saying what to do, when the decorator does not match
     the world the component is built for."""
-    if not hasattr(wit_world.WitWorld, export):
-        raise TypeError(
-            f"@sluice.{world.replace('-', '_')} needs the world `{world}`, but this "
-            f"component is built for another: use @sluice.{other} for the world "
-            f"`{other_world}`, or build with `-w {world}`"
-        )
+    export, decorator = _WORLDS[world]
+    if hasattr(wit_world.WitWorld, export):
+        return
+    other = next(w for w in _WORLDS if w != world)
+    raise TypeError(
+        f"@sluice.{decorator} needs the world `{world}`, but this component is "
+        f"built for another: use @sluice.{_WORLDS[other][1]} for the world "
+        f"`{other}`, or build with `-w {world}`"
+    )
 
 
 def _install(fn: Callable[..., object], cls: type) -> None:
