@@ -77,7 +77,7 @@ def retry_delay_ms() -> int:
 
 @sluice.handler
 def handle(msg: sluice.Message) -> sluice.Outcome:
-    # Simulated processing time (config `work_ms`, a whole number).
+    # Simulated processing time (config `work_ms`, a whole number; unset: none).
     work_ms = parse_u64(sluice.config.get("work_ms", ""))
     if work_ms:
         time.sleep(work_ms / 1000)
@@ -101,13 +101,11 @@ def handle(msg: sluice.Message) -> sluice.Outcome:
     else:
         return malformed("`id` must be a string or a number")
 
-    qty = 1
-    if "qty" in order:
-        qty = as_u64(order["qty"]) or 0
-        if not qty:
-            return malformed(
-                f"`qty` must be a positive integer, got {sluice.to_json(order['qty'])}"
-            )
+    qty = as_u64(order.get("qty", 1))
+    if not qty:  # None, or 0
+        return malformed(
+            f"`qty` must be a positive integer, got {sluice.to_json(order['qty'])}"
+        )
     region = order.get("region", DEFAULT_REGION)
     if not (isinstance(region, str) and REGION.fullmatch(region)):
         return malformed("`region` must be a word of letters, digits, - or _")
