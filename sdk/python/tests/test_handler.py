@@ -57,7 +57,7 @@ def test_an_uncaught_exception_is_a_retry_logged_at_error(app_module: ModuleType
     assert app_module.WitWorld().handle(wit_message("m")) == types.Outcome_Retry(None)
     [line] = host.lines("error")
     assert line.startswith("uncaught KeyError: 'missing' (at ")
-    assert "test_handler.py:" in line
+    assert "(at test_handler.py:" in line
 
 
 def test_returning_no_outcome_is_a_retry_logged_at_error(app_module: ModuleType, host: Host) -> None:

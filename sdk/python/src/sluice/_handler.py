@@ -6,6 +6,7 @@ and takes from it the class named `WitWorld`, whose method `handle` (world
 decorators define that class in the decorated function's module, so an
 app.py needs nothing but the decorated function.
 """
+import os
 import sys
 import traceback
 from typing import Callable, List, Sequence, TypeVar
@@ -105,8 +106,9 @@ def _install(fn: Callable[..., object], cls: type) -> None:
 
 
 def _log_uncaught(e: Exception) -> None:
+    # The innermost frame; its file's folder inside a component says nothing.
     where = traceback.extract_tb(e.__traceback__)[-1]
     log.error(
-        f"uncaught {type(e).__name__}: {e} (at {where.filename}:{where.lineno}); "
-        "retrying"
+        f"uncaught {type(e).__name__}: {e} "
+        f"(at {os.path.basename(where.filename)}:{where.lineno}); retrying"
     )
