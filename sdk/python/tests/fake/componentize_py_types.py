@@ -1,0 +1,10 @@
+"""As componentize-py generates it: a WIT `result` error is raised as Err."""
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+E = TypeVar("E")
+
+
+@dataclass(frozen=True)
+class Err(Generic[E], Exception):
+    value: E
