@@ -1,7 +1,8 @@
 //! The handler SDK a new project is built on: a copy of the repository's
 //! `sdk/LANG/`, written into the project's `sdk/` as it is (no names are
 //! filled in), where the project's build finds it. Only what a build
-//! needs: the SDK's own tests and check scripts stay in the repository.
+//! needs: the SDK's own tests and check scripts stay in the repository
+//! (a unit test below holds each list to its directory).
 
 use super::Lang;
 
@@ -43,7 +44,31 @@ const RUST: &[SdkFile] = sdk_files!("rust":
     "examples/hello_batch.rs",
 );
 
-const PYTHON: &[SdkFile] = &[];
+const PYTHON: &[SdkFile] = sdk_files!("python":
+    "pyproject.toml",
+    "README.md",
+    "src/sluice/__init__.py",
+    "src/sluice/_errors.py",
+    "src/sluice/_handler.py",
+    "src/sluice/_message.py",
+    "src/sluice/_outcome.py",
+    "src/sluice/_publish.py",
+    "src/sluice/_time.py",
+    "src/sluice/config.py",
+    "src/sluice/kv.py",
+    "src/sluice/lease.py",
+    "src/sluice/log.py",
+    "src/sluice/py.typed",
+    "src/wit_world-stubs/__init__.pyi",
+    "src/wit_world-stubs/imports/__init__.pyi",
+    "src/wit_world-stubs/imports/config.pyi",
+    "src/wit_world-stubs/imports/kv.pyi",
+    "src/wit_world-stubs/imports/lease.pyi",
+    "src/wit_world-stubs/imports/log.pyi",
+    "src/wit_world-stubs/imports/publish.pyi",
+    "src/wit_world-stubs/imports/types.pyi",
+    "src/componentize_py_types-stubs/__init__.pyi",
+);
 
 const JS: &[SdkFile] = sdk_files!("js":
     "README.md",
@@ -84,6 +109,7 @@ mod tests {
                 | ".gitignore"
         ) && !path.ends_with("package-lock.json")
             && !path.ends_with("Cargo.lock")
+            && !path.starts_with("requirements-")
             && !path.starts_with("tsconfig")
             && !path.contains("__pycache__")
     }
