@@ -122,6 +122,11 @@ const RUST_FILES: &[File] = &[
         false,
     ),
     (
+        "tests/invoke.rs",
+        include_str!("../../../templates/rust/tests/invoke.rs"),
+        false,
+    ),
+    (
         "{{name}}.toml",
         include_str!("../../../templates/rust/sidecar.toml"),
         false,
