@@ -190,6 +190,11 @@ const C_FILES: &[File] = &[
         true,
     ),
     (
+        "test.sh",
+        include_str!("../../../templates/c/test.sh"),
+        true,
+    ),
+    (
         "README.md",
         include_str!("../../../templates/c/README.md"),
         false,
