@@ -122,6 +122,11 @@ const RUST_FILES: &[File] = &[
         false,
     ),
     (
+        "tests/invoke.rs",
+        include_str!("../../../templates/rust/tests/invoke.rs"),
+        false,
+    ),
+    (
         "{{name}}.toml",
         include_str!("../../../templates/rust/sidecar.toml"),
         false,
@@ -182,6 +187,11 @@ const C_FILES: &[File] = &[
     (
         "build.sh",
         include_str!("../../../templates/c/build.sh"),
+        true,
+    ),
+    (
+        "test.sh",
+        include_str!("../../../templates/c/test.sh"),
         true,
     ),
     (
