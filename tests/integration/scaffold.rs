@@ -9,6 +9,21 @@ use crate::support::{Env, repo_root};
 /// installed, instead of downloading them again per test. Rust projects
 /// share one target directory, so their dependencies build once.
 fn build(dir: &std::path::Path) {
+    let mut cmd = Command::new(dir.join("build.sh"));
+    let out = with_toolchains(&mut cmd)
+        .output()
+        .expect("running build.sh");
+    assert!(
+        out.status.success(),
+        "{}/build.sh failed (run scripts/build-guests first to install the toolchains):\n{}{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `cmd` with the toolchains `scripts/build-guests` installed.
+fn with_toolchains(cmd: &mut Command) -> &mut Command {
     let root = repo_root();
     let tools = root.join(".tools");
     let path = format!(
@@ -16,23 +31,56 @@ fn build(dir: &std::path::Path) {
         tools.join("cargo/bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let out = Command::new(dir.join("build.sh"))
-        .env(
-            "COMPONENTIZE_PY",
-            tools.join("python-venv/bin/componentize-py"),
-        )
-        .env(
-            "COMPONENTIZE_JS",
-            root.join("guests/js/node_modules/.bin/componentize-js"),
-        )
-        .env("ADAPTER", tools.join("wasi_snapshot_preview1.reactor.wasm"))
-        .env("CARGO_TARGET_DIR", root.join("target/scaffold"))
-        .env("PATH", path)
+    cmd.env(
+        "COMPONENTIZE_PY",
+        tools.join("python-venv/bin/componentize-py"),
+    )
+    .env(
+        "COMPONENTIZE_JS",
+        root.join("guests/js/node_modules/.bin/componentize-js"),
+    )
+    .env("ADAPTER", tools.join("wasi_snapshot_preview1.reactor.wasm"))
+    .env("CARGO_TARGET_DIR", root.join("target/scaffold"))
+    .env("PATH", path)
+}
+
+/// Run the project's own test of its handler, which builds it and asserts
+/// on `sluice invoke --json`, as a user runs it: `cargo test`, pytest,
+/// `node --test` or `./test.sh`, with the binary under test as `SLUICE`.
+/// pytest is the one `sdk/python/check` installs.
+fn own_test(lang: &str, dir: &std::path::Path) {
+    let mut cmd = match lang {
+        "rust" => {
+            let mut cmd = Command::new("cargo");
+            cmd.arg("test");
+            cmd
+        }
+        "python" => {
+            let python = repo_root().join(".tools/sdk-python-venv/bin/python");
+            assert!(
+                python.is_file(),
+                "{} is missing: run sdk/python/check first, which installs pytest there",
+                python.display()
+            );
+            let mut cmd = Command::new(python);
+            cmd.args(["-m", "pytest", "-q"]);
+            cmd
+        }
+        "js" => {
+            let mut cmd = Command::new("node");
+            cmd.arg("--test");
+            cmd
+        }
+        _ => Command::new(dir.join("test.sh")),
+    };
+    let out = with_toolchains(&mut cmd)
+        .current_dir(dir)
+        .env("SLUICE", env!("CARGO_BIN_EXE_sluice"))
         .output()
-        .expect("running build.sh");
+        .expect("running the project's test");
     assert!(
         out.status.success(),
-        "{}/build.sh failed (run scripts/build-guests first to install the toolchains):\n{}{}",
+        "the {lang} project's own test failed in {}:\n{}{}",
         dir.display(),
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
@@ -74,7 +122,16 @@ fn scaffold_build_deploy(lang: &str, batch: bool) {
         "{created}"
     );
     assert!(project.join("README.md").is_file() && project.join("build.sh").is_file());
+    // The language's SDK, which the project is built on, comes with it.
+    let sdk = created["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f.as_str().unwrap().starts_with("sdk/"))
+        .count();
+    assert!(sdk > 0, "{created}");
     build(&project);
+    own_test(lang, &project);
     let wasm = project.join(format!("{name}.wasm"));
     let check = env.sluice(&["check", wasm.to_str().unwrap()]);
     let world = match batch {
