@@ -1,7 +1,9 @@
 //! `sluice new NAME --lang rust|python|js|c [--batch] [--dir D]`: scaffold a
 //! handler project that builds as it is, for the `handler` world or, with
 //! `--batch`, the `batch-handler` world, on the language's SDK (copied
-//! into the project's `sdk/`).
+//! into the project's `sdk/`); Python and JavaScript projects come with a
+//! test, in the language's own runner, that builds the handler and calls it
+//! through `sluice invoke`.
 
 use std::path::{Path, PathBuf};
 
@@ -85,6 +87,35 @@ fn source(lang: Lang, batch: bool) -> File {
             include_str!("../../../templates/c/handler_impl_batch.c"),
             false,
         ),
+    }
+}
+
+/// The project's test of its built handler (through `sluice invoke`),
+/// which differs between the worlds as the source does; `None` for a
+/// language whose test is among its `files`, or that has none.
+fn test(lang: Lang, batch: bool) -> Option<File> {
+    match (lang, batch) {
+        (Lang::Python, false) => Some((
+            "tests/test_{{name}}.py",
+            include_str!("../../../templates/python/test_app.py"),
+            false,
+        )),
+        (Lang::Python, true) => Some((
+            "tests/test_{{name}}.py",
+            include_str!("../../../templates/python/test_app_batch.py"),
+            false,
+        )),
+        (Lang::Js, false) => Some((
+            "test/{{name}}.test.mjs",
+            include_str!("../../../templates/js/test_app.mjs"),
+            false,
+        )),
+        (Lang::Js, true) => Some((
+            "test/{{name}}.test.mjs",
+            include_str!("../../../templates/js/test_app_batch.mjs"),
+            false,
+        )),
+        (Lang::Rust | Lang::C, _) => None,
     }
 }
 
@@ -241,7 +272,9 @@ pub(crate) fn new(ctx: &Context, args: NewArgs) -> Result<()> {
     };
     let mut written = Vec::new();
     let source = source(args.lang, args.batch);
-    for (path, text, executable) in std::iter::once(&source).chain(files(args.lang)) {
+    let test = test(args.lang, args.batch);
+    let per_world = std::iter::once(&source).chain(&test);
+    for (path, text, executable) in per_world.chain(files(args.lang)) {
         let path = path.replace("{{name}}", &args.name);
         let text = text
             .replace("{{name}}", &args.name)
