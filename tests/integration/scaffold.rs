@@ -48,7 +48,7 @@ fn with_toolchains(cmd: &mut Command) -> &mut Command {
 /// on `sluice invoke --json`, as a user runs it: `cargo test`, pytest,
 /// `node --test` or `./test.sh`, with the binary under test as `SLUICE`.
 /// pytest is the one `sdk/python/check` installs.
-fn own_test(lang: &str, dir: &std::path::Path) {
+fn own_test(env: &Env, lang: &str, dir: &std::path::Path) {
     let mut cmd = match lang {
         "rust" => {
             let mut cmd = Command::new("cargo");
@@ -63,7 +63,7 @@ fn own_test(lang: &str, dir: &std::path::Path) {
                 python.display()
             );
             let mut cmd = Command::new(python);
-            cmd.args(["-m", "pytest", "-q"]);
+            cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"]);
             cmd
         }
         "js" => {
@@ -76,6 +76,9 @@ fn own_test(lang: &str, dir: &std::path::Path) {
     let out = with_toolchains(&mut cmd)
         .current_dir(dir)
         .env("SLUICE", env!("CARGO_BIN_EXE_sluice"))
+        // Its invokes compile into the environment's cache, not the user's.
+        .env("XDG_CACHE_HOME", env.dir.path().join("xdg-cache"))
+        .env("XDG_CONFIG_HOME", env.dir.path().join("xdg-config"))
         .output()
         .expect("running the project's test");
     assert!(
@@ -131,7 +134,7 @@ fn scaffold_build_deploy(lang: &str, batch: bool) {
         .count();
     assert!(sdk > 0, "{created}");
     build(&project);
-    own_test(lang, &project);
+    own_test(&env, lang, &project);
     let wasm = project.join(format!("{name}.wasm"));
     let check = env.sluice(&["check", wasm.to_str().unwrap()]);
     let world = match batch {
