@@ -173,7 +173,7 @@ fn a_trap_a_timeout_and_the_memory_limit_end_the_call_as_run_logs_them() {
             Some("[limits]\nmemory = \"16MiB\"\n"),
             22,
             "memory_limit",
-            "attempt failed: memory limit: memory limit of 16 MiB exceeded",
+            "attempt failed: memory limit: memory limit of 16MiB exceeded",
         ),
     ] {
         let file = handler(&env, guest_name, guest_name, sidecar);
