@@ -508,9 +508,21 @@ void sluice_log_text(sluice_level_t level, const char *text, size_t len) {
 }
 
 void sluice_logv(sluice_level_t level, const char *format, va_list args) {
-    size_t len;
-    char *line = sluice__vformat(format, args, &len);
-    sluice_log_text(level, line, len);
+    /* Most lines fit here: one formatting pass and no allocation. */
+    char small[256];
+    va_list again;
+    va_copy(again, args);
+    int n = vsnprintf(small, sizeof small, format, args);
+    if (n < 0) n = 0; /* an encoding error: an empty line rather than a trap */
+    if ((size_t)n < sizeof small) {
+        va_end(again);
+        sluice_log_text(level, small, (size_t)n);
+        return;
+    }
+    char *line = sluice__alloc((size_t)n + 1);
+    vsnprintf(line, (size_t)n + 1, format, again);
+    va_end(again);
+    sluice_log_text(level, line, (size_t)n);
     free(line);
 }
 
