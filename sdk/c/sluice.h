@@ -507,9 +507,80 @@ void sluice_log_text(sluice_level_t level, const char *text, size_t len) {
     sluice_handler_log_log(level, &line);
 }
 
+/* Appends `len` bytes of `text` at *n of `buf` (`cap` bytes); false when
+ * they do not fit with a NUL after them. */
+static bool sluice__put(char *buf, size_t cap, size_t *n, const char *text, size_t len) {
+    if (cap - *n <= len) return false;
+    memcpy(buf + *n, text, len);
+    *n += len;
+    return true;
+}
+
+/* Formats into `buf` what the common conversions make: %s %c %% and %d %i
+ * %u with no, one or two `l`, or %zu; no flags, width or precision. The
+ * length, or -1 for any other format or a text that does not fit (the
+ * caller then uses vsnprintf, from its own copy of the arguments). */
+static int sluice__quick_format(char *buf, size_t cap, const char *format, va_list args) {
+    size_t n = 0;
+    for (const char *p = format; *p; p++) {
+        const char *text = p;
+        size_t len = 1;
+        char digits[24];
+        if (*p == '%') {
+            int longs = 0;
+            bool size = false;
+            for (p++; *p == 'l' && longs < 2; p++) longs++;
+            if (*p == 'z' && longs == 0) { size = true; p++; }
+            unsigned long long magnitude;
+            bool negative = false;
+            if (*p == 's' && !size && longs == 0) {
+                text = va_arg(args, const char *);
+                if (!text) text = "(null)";
+                len = strlen(text);
+            } else if (*p == 'c' && !size && longs == 0) {
+                digits[0] = (char)va_arg(args, int);
+                text = digits;
+            } else if (*p == '%' && !size && longs == 0) {
+                text = "%";
+            } else if (*p == 'd' || *p == 'i') {
+                if (size) return -1;
+                long long v = longs == 2 ? va_arg(args, long long)
+                            : longs == 1 ? va_arg(args, long) : va_arg(args, int);
+                negative = v < 0;
+                magnitude = negative ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+            } else if (*p == 'u') {
+                magnitude = size ? va_arg(args, size_t)
+                          : longs == 2 ? va_arg(args, unsigned long long)
+                          : longs == 1 ? va_arg(args, unsigned long) : va_arg(args, unsigned);
+            } else {
+                return -1;
+            }
+            if (*p == 'd' || *p == 'i' || *p == 'u') {
+                char *end = digits + sizeof digits, *d = end;
+                do { *--d = (char)('0' + magnitude % 10); magnitude /= 10; } while (magnitude);
+                if (negative) *--d = '-';
+                text = d;
+                len = (size_t)(end - d);
+            }
+        }
+        if (!sluice__put(buf, cap, &n, text, len)) return -1;
+    }
+    buf[n] = '\0';
+    return (int)n;
+}
+
 void sluice_logv(sluice_level_t level, const char *format, va_list args) {
-    /* Most lines fit here: one formatting pass and no allocation. */
+    /* Most lines fit here: formatted once, without an allocation, and
+     * without vsnprintf when they use only the common conversions. */
     char small[256];
+    va_list quick;
+    va_copy(quick, args);
+    int quick_len = sluice__quick_format(small, sizeof small, format, quick);
+    va_end(quick);
+    if (quick_len >= 0) {
+        sluice_log_text(level, small, (size_t)quick_len);
+        return;
+    }
     va_list again;
     va_copy(again, args);
     int n = vsnprintf(small, sizeof small, format, args);

@@ -8,6 +8,7 @@
 #define SLUICE_IMPLEMENTATION
 #include "sluice.h"
 
+#include <limits.h>
 #include <stdlib.h>
 
 #include "fake_host.h"
@@ -133,14 +134,19 @@ static sluice_outcome_t log_lines(const sluice_message_t *m) {
     big[5000] = '\0';
     sluice_log(SLUICE_WARN, "%s", big);
     free(big);
-    return sluice_rejectf("logged %zu lines", (size_t)7);
+    /* The conversions formatted without vsnprintf, at their limits, and
+     * one that is left to it. */
+    sluice_log_info("%d %i %ld %lld|%u %lu %llu %zu|%c%%%s|%05d %x", INT_MIN, -1, -7L, LLONG_MIN,
+                    UINT_MAX, 0UL, ULLONG_MAX, (size_t)42, 'q', "str", 7, 255u);
+    sluice_log_info("%d %u %llu %s %c%%", -12, 3u, 18446744073709551615ULL, "txt", 'z');
+    return sluice_rejectf("logged %zu lines", (size_t)9);
 }
 
 static void logging(void) {
     sluice_outcome_t o = call(log_lines, "", 0, NULL);
-    CHECK(reason_is(&o, "logged 7 lines"));
+    CHECK(reason_is(&o, "logged 9 lines"));
     handler_outcome_free(&o);
-    CHECK(host.log_count == 7);
+    CHECK(host.log_count == 9);
     CHECK(host.log_levels[0] == SLUICE_HANDLER_LOG_LEVEL_TRACE);
     CHECK(host.log_levels[1] == SLUICE_HANDLER_LOG_LEVEL_DEBUG);
     CHECK(host.log_levels[2] == SLUICE_HANDLER_LOG_LEVEL_INFO);
@@ -150,6 +156,9 @@ static void logging(void) {
     CHECK(fake_is(host.log_lines[3], "w1"));
     CHECK(host.log_lines[5].len == 3 && memcmp(host.log_lines[5].data, "a\0b", 3) == 0);
     CHECK(host.log_lines[6].len == 5000 && host.log_lines[6].data[4999] == 'x');
+    CHECK(fake_is(host.log_lines[7], "-2147483648 -1 -7 -9223372036854775808|4294967295 0 "
+                                     "18446744073709551615 42|q%str|00007 ff"));
+    CHECK(fake_is(host.log_lines[8], "-12 3 18446744073709551615 txt z%"));
 }
 
 static sluice_outcome_t publish_all_ways(const sluice_message_t *m) {
