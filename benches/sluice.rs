@@ -368,11 +368,9 @@ async fn bench_languages(runtime: &Runtime, messages: usize) {
         sluice::testkit::check::compile(runtime, &bytes).expect("compiles");
         let compile = start.elapsed();
         let big = matches!(lang, "python" | "js");
-        let costs = if big {
-            invoke_costs(runtime, lang, "hello", 200, 5000).await
-        } else {
-            invoke_costs(runtime, lang, "hello", 5000, 5000).await
-        };
+        // A fresh interpreter is slow to make: fewer calls for those.
+        let fresh_calls = if big { 200 } else { 5000 };
+        let costs = invoke_costs(runtime, lang, "hello", fresh_calls, 5000).await;
         let mode = if big {
             InstanceMode::Reuse
         } else {
@@ -388,7 +386,8 @@ async fn bench_languages(runtime: &Runtime, messages: usize) {
             .await
             .rate;
         rows.push((lang, bytes.len(), compile, costs, mode, rate));
-        sdk.push((lang, costs, raw_costs(runtime, lang, big).await));
+        let raw = invoke_costs(runtime, lang, "hello_raw", fresh_calls, 5000).await;
+        sdk.push((lang, costs, raw));
         let name = lang_name(lang);
         record::figure("invoke", name, "fresh", "µs", costs.fresh);
         record::figure("invoke", name, "fresh, whole", "µs", costs.fresh_whole);
@@ -440,13 +439,6 @@ fn lang_name(lang: &str) -> &'static str {
         "python" => "Python",
         _ => "JavaScript",
     }
-}
-
-/// [`invoke_costs`] of the language's raw-bindings `hello_raw`, with as
-/// many calls as its `hello` got.
-async fn raw_costs(runtime: &Runtime, lang: &str, big: bool) -> Costs {
-    let fresh_calls = if big { 200 } else { 5000 };
-    invoke_costs(runtime, lang, "hello_raw", fresh_calls, 5000).await
 }
 
 /// Messages one call of a batch handler takes in the `batch` section.

@@ -71,9 +71,12 @@ fn assert_each_completed_once(env: &Env, n: usize) {
     }
     // What a reader needs to tell a follow-up relayed twice (one id) from
     // an order handled twice (two ids), and the hosts' logs of the orders.
-    let ids: Vec<String> = follow_ups
+    let doubled: Vec<&sluice::broker::message::Delivery> = follow_ups
         .iter()
         .filter(|d| twice.iter().any(|&(&o, _)| order_of(d) == o))
+        .collect();
+    let ids: Vec<String> = doubled
+        .iter()
         .map(|d| {
             format!(
                 "order {} -> follow-up {} (attempt {})",
@@ -97,10 +100,7 @@ fn assert_each_completed_once(env: &Env, n: usize) {
             twice
                 .iter()
                 .any(|(o, _)| l.contains(&format!("order {o} ")))
-                || follow_ups
-                    .iter()
-                    .filter(|d| twice.iter().any(|&(&o, _)| order_of(d) == o))
-                    .any(|d| l.contains(&d.id))
+                || doubled.iter().any(|d| l.contains(&d.id))
                 || ["written again", "lost", "ERROR", "WARN"]
                     .iter()
                     .any(|w| l.contains(w))

@@ -226,14 +226,15 @@ fn outcome_text(o: &Outcome) -> String {
     }
 }
 
-/// A payload as text when it is UTF-8, else as base64.
-fn payload_json(payload: &[u8]) -> (&'static str, Value) {
-    match std::str::from_utf8(payload) {
-        Ok(text) => ("payload", json!(text)),
-        Err(_) => (
-            "payload_base64",
-            json!(base64::engine::general_purpose::STANDARD.encode(payload)),
-        ),
+/// Set `field` of `v` to `bytes` as text when they are UTF-8, else
+/// `FIELD_base64` to them in base64.
+fn put_bytes(v: &mut Value, field: &str, bytes: &[u8]) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => v[field] = json!(text),
+        Err(_) => {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+            v[format!("{field}_base64")] = json!(b64);
+        }
     }
 }
 
@@ -245,8 +246,7 @@ fn publish_json(p: &Publish) -> Value {
     v["key"] = json!(p.key);
     v["delay_ms"] = json!(p.delay.as_millis() as u64);
     v["headers"] = json!(p.headers);
-    let (field, payload) = payload_json(&p.payload);
-    v[field] = payload;
+    put_bytes(&mut v, "payload", &p.payload);
     v
 }
 
@@ -277,8 +277,7 @@ fn write_json(w: &Write) -> Value {
         Write::Set { key, value, ttl } => {
             let mut v =
                 json!({"op": "set", "key": key, "ttl_ms": ttl.map(|t| t.as_millis() as u64)});
-            let (field, value) = payload_json(value);
-            v[field.replace("payload", "value")] = value;
+            put_bytes(&mut v, "value", value);
             v
         }
         Write::Delete { key, existed } => json!({"op": "delete", "key": key, "existed": existed}),
@@ -345,7 +344,9 @@ mod tests {
 
     #[test]
     fn payloads_are_text_or_base64() {
-        assert_eq!(payload_json(b"hi"), ("payload", json!("hi")));
-        assert_eq!(payload_json(&[0xff]), ("payload_base64", json!("/w==")));
+        let mut v = json!({});
+        put_bytes(&mut v, "payload", b"hi");
+        put_bytes(&mut v, "value", &[0xff]);
+        assert_eq!(v, json!({"payload": "hi", "value_base64": "/w=="}));
     }
 }

@@ -93,9 +93,9 @@ mod tests {
 
     use super::*;
 
-    /// What stays out of a project's copy: the SDK's tests, its check
-    /// script and the tools they install.
-    fn build_only(path: &str) -> bool {
+    /// Whether a file of the SDK is one a project's build needs: not its
+    /// tests, its check script or the tools they install.
+    fn needed_by_a_build(path: &str) -> bool {
         let first = path.split('/').next().unwrap_or("");
         !matches!(
             first,
@@ -123,7 +123,7 @@ mod tests {
                 .to_str()
                 .unwrap()
                 .to_string();
-            if !build_only(&rel) {
+            if !needed_by_a_build(&rel) {
                 continue;
             }
             if path.is_dir() {
