@@ -239,7 +239,7 @@ fn delivery(i: usize) -> Delivery {
         payload: vec![b'x'; 100],
         headers: Vec::new(),
         attempt: 1,
-        enqueued_at_ms: 0,
+        enqueued_at_us: 0,
         last_error: None,
         receipt: String::new(),
         lease_until_ms: u64::MAX,
@@ -582,7 +582,7 @@ async fn drain(
         None => QueueWorker::new(broker.clone(), dispatch, spec),
         Some(m) => {
             let observe = Observe {
-                metrics: Some(m.handler("hello", dispatch.version())),
+                metrics: Some(m.handler("hello", dispatch.version(), "hello")),
                 exporter: None,
                 paused: Paused::never("hello"),
                 broker_timeout: sluice::testkit::worker::DEFAULT_BROKER_TIMEOUT,

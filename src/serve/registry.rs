@@ -54,7 +54,7 @@ impl Observers {
             metrics: self
                 .metrics
                 .as_ref()
-                .map(|m| m.handler(&handler.spec.name, &handler.version)),
+                .map(|m| m.handler(&handler.spec.name, &handler.version, &handler.spec.queue)),
             exporter: self.exporter.clone(),
             paused: self.pauses.watch(&handler.spec.queue),
             broker_timeout: self.broker_timeout.unwrap_or(DEFAULT_BROKER_TIMEOUT),

@@ -24,7 +24,7 @@ pub fn delivery(queue: &str, n: usize, payload: &str) -> sluice::broker::message
         payload: payload.as_bytes().to_vec(),
         headers: Vec::new(),
         attempt: 1,
-        enqueued_at_ms: 0,
+        enqueued_at_us: 0,
         last_error: None,
         receipt: String::new(),
         lease_until_ms: u64::MAX,

@@ -190,8 +190,9 @@ pub struct Delivery {
     /// 1 on the first delivery, counting every delivery including those whose
     /// lease expired.
     pub attempt: u32,
-    /// When the message was published, in milliseconds since the Unix epoch.
-    pub enqueued_at_ms: u64,
+    /// When the message was published, in microseconds since the Unix
+    /// epoch.
+    pub enqueued_at_us: u64,
     /// Error text of the previous attempt, if it failed.
     pub last_error: Option<String>,
     /// The broker's proof of this lease, handed back when settling.
@@ -217,13 +218,19 @@ impl Delivery {
             payload: Vec::new(),
             headers: Vec::new(),
             attempt: 1,
-            enqueued_at_ms: 0,
+            enqueued_at_us: 0,
             last_error: None,
             receipt: "r".into(),
             lease_until_ms: u64::MAX,
             group: None,
             snoozes: 0,
         }
+    }
+
+    /// When the message was published, in milliseconds since the Unix
+    /// epoch.
+    pub fn enqueued_at_ms(&self) -> u64 {
+        self.enqueued_at_us / 1000
     }
 
     /// The value of the first header called `name`, ignoring ASCII case.
@@ -256,6 +263,13 @@ pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Microseconds since the Unix epoch.
+pub fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// This machine's host name, for consumer names and status reports.

@@ -170,7 +170,7 @@ fn deliveries(
                 payload,
                 headers: headers.to_vec(),
                 attempt: args.attempt,
-                enqueued_at_ms: now,
+                enqueued_at_us: now * 1000,
                 last_error: None,
                 receipt: String::new(),
                 lease_until_ms: now + spec.timeout.as_millis() as u64,

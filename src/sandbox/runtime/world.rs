@@ -147,7 +147,7 @@ fn message(d: &Delivery) -> wit::Message {
         payload: d.payload.clone(),
         headers: d.headers.clone(),
         attempt: d.attempt,
-        enqueued_at_ms: d.enqueued_at_ms,
+        enqueued_at_ms: d.enqueued_at_ms(),
     }
 }
 
@@ -159,7 +159,7 @@ fn message_v1(d: &Delivery) -> wit::v1::Message {
         payload: d.payload.clone(),
         headers: d.headers.clone(),
         attempt: d.attempt,
-        enqueued_at_ms: d.enqueued_at_ms,
+        enqueued_at_ms: d.enqueued_at_ms(),
     }
 }
 

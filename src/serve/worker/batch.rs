@@ -11,7 +11,7 @@ use super::call::{Caller, back, settlement_for, span_outcome, too_late};
 use super::keep::{self, Leases};
 use super::{InCall, Job};
 use crate::base::trace::{Attempt, AttemptFields};
-use crate::message::{Delivery, now_ms};
+use crate::message::{Delivery, now_us};
 use crate::policy::Outcome;
 use crate::sandbox::runtime::{Deadline, Failure, Invocation};
 
@@ -129,7 +129,7 @@ fn begin_attempts(caller: &Caller, deliveries: &mut [Delivery]) -> Vec<Attempt> 
     let version = caller.dispatch.version();
     let exporter = caller.observe.exporter.as_deref();
     if let Some(m) = &caller.observe.metrics {
-        let now = now_ms();
+        let now = now_us();
         deliveries.iter().for_each(|d| m.waited(d, now));
     }
     deliveries

@@ -11,7 +11,7 @@ use super::{Dispatch, InCall, Jobs, Observe, Settled, WorkerStats};
 use crate::base::trace::{Attempt, AttemptFields};
 use crate::broker::{Queue, Settlement};
 use crate::config::{HandlerSpec, KeySource, bounds};
-use crate::message::{Delivery, NewMessage, now_ms, stored_text, without_nul};
+use crate::message::{Delivery, NewMessage, now_ms, now_us, stored_text, without_nul};
 use crate::policy::{self, Decision, Outcome};
 use crate::sandbox::runtime::{Deadline, Failure, Invocation};
 
@@ -100,7 +100,7 @@ async fn run_one(caller: &Caller, mut delivery: Delivery, key: Option<String>) -
     let attempt = Attempt::begin(&mut delivery.headers, observe.exporter.as_deref(), fields);
     let started = std::time::Instant::now();
     if let Some(m) = &observe.metrics {
-        m.waited(&delivery, now_ms());
+        m.waited(&delivery, now_us());
     }
     let deadline = Deadline::new(spec.timeout, spec.max_extend);
     let leases = Leases::of(std::slice::from_ref(&delivery), std::slice::from_ref(&key));
@@ -295,7 +295,7 @@ mod tests {
             payload: payload.as_bytes().to_vec(),
             headers: vec![("Order-Id".into(), "o-9".into())],
             attempt,
-            enqueued_at_ms: 0,
+            enqueued_at_us: 0,
             last_error: None,
             receipt: "r".into(),
             lease_until_ms: u64::MAX,

@@ -48,6 +48,7 @@ impl Writer {
         write(&*self.broker, &self.name, &batch).await;
         if let Some(m) = &self.metrics {
             batch.iter().for_each(|s| m.settled(s));
+            m.finished(&batch, crate::message::now_us());
         }
         let n = batch.len() as u64;
         self.stats.in_flight.fetch_sub(n, Ordering::Relaxed);

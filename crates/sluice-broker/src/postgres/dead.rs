@@ -127,7 +127,7 @@ fn from_row(r: &Row) -> DeadLetter {
         payload: r.get(3),
         headers: headers.map_or_else(Vec::new, |h| decode_headers(h.as_bytes())),
         attempts: r.get::<_, i32>(5).max(0) as u32,
-        enqueued_at_ms: r.get::<_, i64>(6).max(0) as u64,
+        enqueued_at_ms: r.get::<_, i64>(6).max(0) as u64 / 1000,
         died_at_ms: r.get::<_, i64>(7).max(0) as u64,
         reason: r.get(8),
         last_error: r.get(9),

@@ -42,6 +42,7 @@ const MIGRATIONS: &[Migration] = &[
     migration!(6, "0006_settle_only_leased.sql"),
     migration!(7, "0007_settle_once.sql"),
     migration!(8, "0008_publish_checks.sql"),
+    migration!(9, "0009_microseconds.sql"),
 ];
 
 /// The schema version this build writes.

@@ -234,7 +234,7 @@ impl PgBroker {
                     payload: row.get(2),
                     headers: headers.map_or_else(Vec::new, |h| decode_headers(h.as_bytes())),
                     attempt: row.get::<_, i32>(4) as u32,
-                    enqueued_at_ms: row.get::<_, i64>(5) as u64,
+                    enqueued_at_us: row.get::<_, i64>(5) as u64,
                     last_error: row.get(6),
                     receipt: row.get(7),
                     lease_until_ms: row.get::<_, i64>(8) as u64,

@@ -25,6 +25,9 @@ pub(crate) struct Entry {
     pub(crate) headers: Option<Vec<u8>>,
     /// When the message was first enqueued; when absent, the entry id's time.
     pub(crate) enqueued_at_ms: Option<u64>,
+    /// The microseconds of the second it was enqueued in (0 to 999,999),
+    /// when the publish wrote them.
+    pub(crate) micros: Option<u64>,
     /// Attempts spent before this entry was written.
     pub(crate) attempts: u64,
     pub(crate) last_error: Option<String>,
@@ -66,6 +69,7 @@ impl Entry {
                 Some(b"k") => e.key = Some(utf8(value)).filter(|k| !k.is_empty()),
                 Some(b"h") => e.headers = Some(value).filter(|h| !h.is_empty()),
                 Some(b"t") => e.enqueued_at_ms = number(&value),
+                Some(b"u") => e.micros = number(&value),
                 Some(b"a") => e.attempts = number(&value).unwrap_or(0),
                 Some(b"e") => e.last_error = Some(utf8(value)).filter(|s| !s.is_empty()),
                 Some(b"c") => e.redrives = number(&value).unwrap_or(0),
@@ -87,6 +91,25 @@ impl Entry {
     fn enqueued(&self) -> u64 {
         self.enqueued_at_ms
             .unwrap_or_else(|| entry_time(&self.entry))
+    }
+
+    /// When the message was first enqueued, in microseconds: of the times
+    /// whose microseconds in their second are `u`, the one nearest the
+    /// enqueue millisecond (the two come from the same clock, at most a
+    /// few milliseconds apart); that millisecond's start without `u`.
+    fn enqueued_us(&self) -> u64 {
+        let base = self.enqueued().saturating_mul(1000);
+        let Some(u) = self.micros.filter(|u| *u < 1_000_000) else {
+            return base;
+        };
+        let us = (base - base % 1_000_000).saturating_add(u);
+        if us.saturating_add(500_000) < base {
+            us.saturating_add(1_000_000)
+        } else if us > base + 500_000 {
+            us.saturating_sub(1_000_000)
+        } else {
+            us
+        }
     }
 
     fn headers(&self) -> Vec<(String, String)> {
@@ -114,7 +137,7 @@ impl Entry {
         Delivery {
             key: self.key(),
             headers: self.headers(),
-            enqueued_at_ms: self.enqueued(),
+            enqueued_at_us: self.enqueued_us(),
             id: self.id,
             queue: queue.to_string(),
             payload: self.payload,
@@ -410,10 +433,34 @@ mod tests {
         let v = entry("1700000000123-4", &[("i", b"m1"), ("p", b"body")]);
         let d = Entry::parse(v).unwrap().into_delivery("q", 1, 99);
         assert_eq!((d.id.as_str(), d.key.as_str()), ("m1", "m1"));
-        assert_eq!(d.enqueued_at_ms, 1_700_000_000_123);
+        assert_eq!(d.enqueued_at_us, 1_700_000_000_123_000);
         assert_eq!((d.attempt, d.payload.as_slice()), (1, &b"body"[..]));
         assert_eq!(d.receipt, "1700000000123-4 1");
         assert!(d.headers.is_empty() && d.last_error.is_none());
+    }
+
+    #[test]
+    fn the_enqueue_time_is_read_to_the_microsecond_nearest_its_millisecond() {
+        let at = |id: &str, t: Option<&[u8]>, u: &[u8]| {
+            let mut fields = vec![("i", &b"m1"[..]), ("p", &b""[..]), ("u", u)];
+            fields.extend(t.map(|t| ("t", t)));
+            Entry::parse(entry(id, &fields)).unwrap().into_delivery("q", 1, 0).enqueued_at_us
+        };
+        // The same millisecond as the entry's id.
+        assert_eq!(at("1700000000123-0", None, b"123456"), 1_700_000_000_123_456);
+        // `TIME` a millisecond behind the id `XADD *` gave.
+        assert_eq!(at("1700000000124-0", None, b"123999"), 1_700_000_000_123_999);
+        // Across a second: the id in the next second, `u` late in this one.
+        assert_eq!(at("1700000001000-0", None, b"999800"), 1_700_000_000_999_800);
+        assert_eq!(at("1700000000999-0", None, b"000200"), 1_700_000_001_000_200);
+        // A later entry with the enqueue millisecond in `t`.
+        assert_eq!(at("1800000000000-0", Some(b"1700000000123"), b"123456"), 1_700_000_000_123_456);
+        // An entry written before `u` existed.
+        let old = entry("1700000000123-0", &[("i", b"m1"), ("p", b"")]);
+        assert_eq!(
+            Entry::parse(old).unwrap().into_delivery("q", 1, 0).enqueued_at_us,
+            1_700_000_000_123_000
+        );
     }
 
     #[test]
@@ -433,7 +480,7 @@ mod tests {
         let d = Entry::parse(v).unwrap().into_delivery("q", 1, 0);
         assert_eq!(d.key, "order-7");
         assert_eq!(d.headers, vec![("a".to_string(), "b".to_string())]);
-        assert_eq!((d.enqueued_at_ms, d.attempt), (3, 3));
+        assert_eq!((d.enqueued_at_us, d.attempt), (3000, 3));
         assert_eq!(d.last_error.as_deref(), Some("boom"));
         let again = entry("5-0", &[("i", b"m1"), ("p", b""), ("a", b"2")]);
         let d = Entry::parse(again).unwrap().into_delivery("q", 2, 0);
@@ -455,7 +502,7 @@ mod tests {
             ("m1", &[b'x'; 40][..])
         );
         assert_eq!((d.group.as_deref(), d.attempt), (Some("7"), 3));
-        assert_eq!(d.enqueued_at_ms, 9);
+        assert_eq!(d.enqueued_at_us, 9000);
         // Bytes left over, or a length past the end: not packed fields.
         for bad in [
             &[0x91, 0xa1, b'i', 0][..],

@@ -684,7 +684,7 @@ mod tests {
             payload: Vec::new(),
             headers: Vec::new(),
             attempt: 1,
-            enqueued_at_ms: 0,
+            enqueued_at_us: 0,
             last_error: None,
             receipt: "1-0 1".into(),
             lease_until_ms,

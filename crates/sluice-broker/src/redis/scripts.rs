@@ -17,7 +17,9 @@
 //!
 //! Entry fields are short and written only when they say something, because
 //! every field is stored, sent and parsed once per delivery: `i` id and `p`
-//! payload always; `k` key (when it is not the id), `h` headers (JSON, when
+//! payload always, and `u` the microseconds of the second the message was
+//! published in (from `TIME`, with the enqueue millisecond: the enqueue
+//! time to the microsecond); `k` key (when it is not the id), `h` headers (JSON, when
 //! there are any), `t` enqueued at in ms (when the entry was written later
 //! than the message was enqueued; otherwise the entry id's time), `a`
 //! attempts before this entry (when not 0), `e` last error, `c` scheduled
@@ -33,7 +35,8 @@
 //! time of death is the dead entry's id, so `REPLAY`'s cut-off is the end of
 //! an `XRANGE` and agrees with what `dlq list` shows. (A field written from
 //! `TIME` at the start of the script can be a millisecond behind the id
-//! that `XADD *` gives.)
+//! that `XADD *` gives; `u` is read as the microseconds nearest the
+//! entry's millisecond, which that cannot upset.)
 //!
 //! Every settle runs in `SETTLE`, because each op must be fenced by its
 //! delivery before it is applied, which plain commands cannot do.

@@ -5,12 +5,12 @@
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{SqliteBroker, classify, groups};
+use super::{SqliteBroker, classify, groups, wake};
 use crate::codec::{decode_headers, encode_headers};
 use crate::message::{Delivery, now_ms};
 use crate::{DeadLetter, DeadLetters, ReplaySelector, Result};
 
-const COLUMNS: &str = "id, queue, key, payload, headers, attempts, enqueued_at, died_at, reason, last_error, handler_version, redrives, grp";
+const COLUMNS: &str = "id, queue, key, payload, headers, attempts, enqueued_us, died_at, reason, last_error, handler_version, redrives, grp";
 
 #[async_trait]
 impl DeadLetters for SqliteBroker {
@@ -78,7 +78,7 @@ pub(super) fn bury(
     death: &Death<'_>,
 ) -> Result<()> {
     conn.prepare_cached(
-        "INSERT OR REPLACE INTO dead (id, queue, key, payload, headers, attempts, enqueued_at,
+        "INSERT OR REPLACE INTO dead (id, queue, key, payload, headers, attempts, enqueued_us,
          died_at, reason, last_error, handler_version, redrives, grp)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     )
@@ -90,7 +90,7 @@ pub(super) fn bury(
             delivery.payload,
             encode_headers(&delivery.headers),
             delivery.attempt,
-            delivery.enqueued_at_ms as i64,
+            delivery.enqueued_at_us as i64,
             death.at,
             death.reason,
             death.error,
@@ -112,7 +112,7 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeadLetter> {
         payload: r.get(3)?,
         headers: headers.map_or_else(Vec::new, |h| decode_headers(h.as_bytes())),
         attempts: r.get(5)?,
-        enqueued_at_ms: r.get::<_, i64>(6)? as u64,
+        enqueued_at_ms: r.get::<_, i64>(6)? as u64 / 1000,
         died_at_ms: r.get::<_, i64>(7)? as u64,
         reason: r.get(8)?,
         last_error: r.get(9)?,
@@ -131,9 +131,9 @@ fn replay(conn: &Connection, queue: &str, sel: &ReplaySelector) -> Result<u64> {
     let picked = pick(conn, queue, sel)?;
     let mut back = conn
         .prepare_cached(
-            "INSERT INTO messages (id, queue, key, payload, headers, attempt, enqueued_at, visible_at,
+            "INSERT INTO messages (id, queue, key, payload, headers, attempt, enqueued_us, visible_at,
              last_error, redrives, grp, held_due)
-             SELECT id, queue, key, payload, headers, 0, enqueued_at, ?2, last_error, redrives + ?3,
+             SELECT id, queue, key, payload, headers, 0, enqueued_us, ?2, last_error, redrives + ?3,
              grp, ?4
              FROM dead WHERE seq = ?1",
         )
@@ -151,6 +151,9 @@ fn replay(conn: &Connection, queue: &str, sel: &ReplaySelector) -> Result<u64> {
         back.execute(params![seq, visible_at, i64::from(sel.redrive), held_due])
             .map_err(classify)?;
         delete.execute([seq]).map_err(classify)?;
+    }
+    if !picked.is_empty() {
+        wake::ring_later(queue);
     }
     Ok(picked.len() as u64)
 }

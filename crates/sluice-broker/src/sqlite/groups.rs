@@ -10,7 +10,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::classify;
+use super::{classify, wake};
 use crate::{OrderedGroups, Result};
 
 /// `visible_at` of a waiting message.
@@ -67,6 +67,7 @@ pub(super) fn set_ordering(
             )
             .and_then(|mut s| s.execute(params![queue, now, WAITING]))
             .map_err(classify)?;
+            wake::ring_later(queue);
             conn.prepare_cached("DELETE FROM blocked WHERE queue = ?1")
                 .and_then(|mut s| s.execute([queue]))
                 .map_err(classify)?;
@@ -101,13 +102,17 @@ pub(super) fn advance(conn: &Connection, queue: &str, grp: &str, now: i64) -> Re
     if held {
         return Ok(());
     }
-    conn.prepare_cached(
-        "UPDATE messages SET visible_at = COALESCE(held_due, ?3), held_due = NULL
-         WHERE seq = (SELECT seq FROM messages WHERE queue = ?1 AND grp = ?2 AND visible_at = ?4
-                      ORDER BY seq LIMIT 1)",
-    )
-    .and_then(|mut s| s.execute(params![queue, grp, now, WAITING]))
-    .map_err(classify)?;
+    let released = conn
+        .prepare_cached(
+            "UPDATE messages SET visible_at = COALESCE(held_due, ?3), held_due = NULL
+             WHERE seq = (SELECT seq FROM messages WHERE queue = ?1 AND grp = ?2 AND visible_at = ?4
+                          ORDER BY seq LIMIT 1)",
+        )
+        .and_then(|mut s| s.execute(params![queue, grp, now, WAITING]))
+        .map_err(classify)?;
+    if released > 0 {
+        wake::ring_later(queue);
+    }
     Ok(())
 }
 

@@ -49,6 +49,7 @@ const MIGRATIONS: &[Migration] = &[
     migration!(5, "0005_flow.sql"),
     migration!(6, "0006_groups.sql"),
     migration!(7, "0007_snoozes.sql"),
+    migration!(8, "0008_microseconds.sql"),
 ];
 
 /// The schema version this build writes (`PRAGMA user_version`).

@@ -40,6 +40,7 @@ mod presence;
 mod queue;
 mod schedules;
 mod topics;
+mod wake;
 
 /// How often expired idempotency keys and key-value entries are deleted.
 const KEY_SWEEP_EVERY: Duration = Duration::from_secs(30);
@@ -79,6 +80,11 @@ pub struct SqliteBroker {
     readers: Arc<std::sync::Mutex<Vec<Connection>>>,
     /// The last settle writes that committed (see `Queue::settle`).
     settled: std::sync::Mutex<queue::Settled>,
+    /// The file's wake-ups (see `wake.rs`).
+    bells: Arc<wake::Bells>,
+    /// How many times each queue had rung when it was last received: a
+    /// receiver that found nothing waits only if it has not rung since.
+    seen: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
 impl SqliteBroker {
@@ -88,14 +94,18 @@ impl SqliteBroker {
         let conn = open_connection(&path)
             .map_err(|e| anyhow::anyhow!("cannot open SQLite broker {}: {e}", path.display()))?;
         let (jobs, rx) = mpsc::channel::<Job>();
+        let bells = wake::bells(&path);
+        let rings = bells.clone();
         std::thread::Builder::new()
             .name("sluice-sqlite".into())
-            .spawn(move || run_jobs(conn, rx))?;
+            .spawn(move || run_jobs(conn, rx, &rings))?;
         Ok(SqliteBroker {
             jobs,
             path,
             readers: Arc::default(),
             settled: Default::default(),
+            bells,
+            seen: Default::default(),
         })
     }
 
@@ -275,7 +285,7 @@ fn in_savepoint<R>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<R>) 
     }
 }
 
-fn run_jobs(conn: Connection, rx: mpsc::Receiver<Job>) {
+fn run_jobs(conn: Connection, rx: mpsc::Receiver<Job>, bells: &wake::Bells) {
     let mut last_sweep = Instant::now();
     // The connection's `synchronous` level: FULL as it was opened, or
     // NORMAL; None when setting it failed and it is not known.
@@ -311,7 +321,7 @@ fn run_jobs(conn: Connection, rx: mpsc::Receiver<Job>) {
                 }
                 continue;
             }
-            run_group(&conn, jobs, sweep);
+            run_group(&conn, jobs, sweep, bells);
         }
     }
 }
@@ -341,7 +351,9 @@ fn set_synchronous(
 /// disk, an I/O error, no memory) can make SQLite roll the whole transaction
 /// back inside one job: then every job before it in that transaction is
 /// answered as not written, and the jobs after it run in a new transaction.
-fn run_group(conn: &Connection, group: Vec<Job>, sweep_now: bool) {
+/// Once the jobs are answered, the queues they rang are rung (see
+/// `wake.rs`).
+fn run_group(conn: &Connection, group: Vec<Job>, sweep_now: bool, bells: &wake::Bells) {
     let mut open: Vec<Reply> = Vec::new();
     let mut in_transaction = false;
     for job in group {
@@ -367,6 +379,7 @@ fn run_group(conn: &Connection, group: Vec<Job>, sweep_now: bool) {
         open.push(reply);
     }
     if !in_transaction {
+        wake::take_rung();
         return;
     }
     if sweep_now {
@@ -376,8 +389,15 @@ fn run_group(conn: &Connection, group: Vec<Job>, sweep_now: bool) {
     if commit.is_err() && !conn.is_autocommit() {
         let _ = conn.execute_batch("ROLLBACK");
     }
+    let committed = commit.is_ok();
     for reply in open {
         reply(commit.clone());
+    }
+    // A queue rung by a job that was rolled back with an earlier
+    // transaction of the group rings too: a receiver looks once more.
+    let rung = wake::take_rung();
+    if committed && !rung.is_empty() {
+        bells.ring(&rung);
     }
 }
 
@@ -462,7 +482,7 @@ mod tests {
         jobs: Vec<(Job, oneshot::Receiver<Result<()>>)>,
     ) -> Vec<Result<()>> {
         let (jobs, answers): (Vec<Job>, Vec<_>) = jobs.into_iter().unzip();
-        run_group(conn, jobs, false);
+        run_group(conn, jobs, false, &wake::Bells::none());
         answers
             .into_iter()
             .enumerate()
@@ -502,7 +522,7 @@ mod tests {
         drop(tx);
         // Every job is waiting before the loop starts, so they make one
         // group, and the loop ends when the channel is empty.
-        run_jobs(conn, rx);
+        run_jobs(conn, rx, &wake::Bells::none());
         answers
             .into_iter()
             .map(|mut a| a.try_recv().unwrap().unwrap())

@@ -9,9 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{SqliteBroker, classify, dead, groups};
+use super::{SqliteBroker, classify, dead, groups, wake};
 use crate::codec::{decode_headers, encode_headers, lease_expired, settle_digest, written_again};
-use crate::message::{Delivery, NewMessage, new_id, now_ms};
+use crate::message::{Delivery, NewMessage, new_id, now_ms, now_us};
 use crate::{
     ClaimState, Flow, KeyClaim, KeyOf, Lease, OrderedGroups, Queue, Rate, Received, Result,
     Settlement, claims_of,
@@ -31,6 +31,7 @@ impl Queue for SqliteBroker {
         lease: Duration,
         flow: Flow,
     ) -> Result<Vec<Delivery>> {
+        self.seen_now(queue);
         let queue = queue.to_string();
         self.call_unsynced(move |conn| receive(conn, &queue, max, lease, flow))
             .await
@@ -58,6 +59,7 @@ impl Queue for SqliteBroker {
         flow: Flow,
         key_of: &KeyOf,
     ) -> Result<Received> {
+        self.seen_now(queue);
         let queue = queue.to_string();
         let key_of = key_of.clone();
         self.call_unsynced(move |conn| {
@@ -116,6 +118,66 @@ impl Queue for SqliteBroker {
         })
         .await
     }
+
+    /// Wait for `queue` to ring (see `wake.rs`), unless it has rung since
+    /// its last receive began, or for its next message's due time (at
+    /// least `up_to`, so that a message due but not taken, held back by a
+    /// flow limit, is not looked at in a spin), or for
+    /// [`wake::WATCHED_WAIT`] at most. Where the file's doorbells are not
+    /// watched, for `up_to` at most, as a poll.
+    async fn idle(&self, queue: &str, up_to: Duration) {
+        let bell = self.bells.of(queue);
+        let woken = bell.notify().notified();
+        tokio::pin!(woken);
+        // Waiting starts before looking, so that a ring in between is not
+        // missed.
+        woken.as_mut().enable();
+        let seen = self.seen.lock().expect("seen lock").get(queue).copied();
+        if seen != Some(bell.rung()) {
+            return;
+        }
+        let most = if self.bells.watched() {
+            wake::WATCHED_WAIT
+        } else {
+            up_to
+        };
+        let wait = match self.until_due(queue).await {
+            Ok(Some(wait)) => wait.clamp(up_to.min(most), most),
+            Ok(None) => most,
+            Err(_) => up_to,
+        };
+        let _ = tokio::time::timeout(wait, woken).await;
+    }
+}
+
+impl SqliteBroker {
+    /// Note how many times `queue` has rung, as a receive of it begins.
+    fn seen_now(&self, queue: &str) {
+        let rung = self.bells.of(queue).rung();
+        let mut seen = self.seen.lock().expect("seen lock");
+        match seen.get_mut(queue) {
+            Some(at) => *at = rung,
+            None => {
+                seen.insert(queue.to_string(), rung);
+            }
+        }
+    }
+
+    /// How long until `queue`'s next message is due (zero: one is due
+    /// now); `None` when it has none, or only ones waiting in their groups.
+    async fn until_due(&self, queue: &str) -> Result<Option<Duration>> {
+        let queue = queue.to_string();
+        let next: Option<i64> = self
+            .read(move |conn| {
+                conn.prepare_cached("SELECT min(visible_at) FROM messages WHERE queue = ?1")
+                    .and_then(|mut s| s.query_row([&queue], |r| r.get(0)))
+                    .map_err(classify)
+            })
+            .await?;
+        Ok(next.filter(|&at| at < groups::WAITING).map(|at| {
+            Duration::from_millis((at - now_ms() as i64).max(0) as u64)
+        }))
+    }
 }
 
 /// The digests of the last [`Settled::KEPT`] settle writes that committed.
@@ -137,7 +199,8 @@ impl Settled {
     }
 }
 
-/// Insert `messages`, each due after its own delay from `now`; their ids.
+/// Insert `messages`, each due after its own delay from `now` (enqueued
+/// now, to the microsecond); their ids.
 /// Each queue is remembered in `queues`, which `stats` lists. A message of
 /// an ordered queue takes its group, and waits if its group has a message
 /// before it.
@@ -149,12 +212,13 @@ pub(super) fn insert_messages(
     let orderings = known_queues(conn, messages)?;
     let mut stmt = conn
         .prepare_cached(
-            "INSERT INTO messages (id, queue, key, payload, headers, enqueued_at, visible_at, grp, held_due)
+            "INSERT INTO messages (id, queue, key, payload, headers, enqueued_us, visible_at, grp, held_due)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )
         .map_err(classify)?;
     let mut ids = Vec::with_capacity(messages.len());
     let mut ungrouped: HashMap<&str, i64> = HashMap::new();
+    let enqueued = now_us() as i64;
     for m in messages {
         let id = new_id();
         let key = m.key.as_deref().unwrap_or(&id);
@@ -172,13 +236,16 @@ pub(super) fn insert_messages(
             None => false,
         };
         let (visible_at, held_due) = groups::placement(waits, due);
+        if !waits {
+            wake::ring_later(&m.queue);
+        }
         stmt.execute(params![
             id,
             m.queue,
             key,
             m.payload,
             encode_headers(&m.headers),
-            now as i64,
+            enqueued,
             visible_at,
             grp,
             held_due
@@ -354,7 +421,7 @@ fn pick_due(
 ) -> Result<Vec<(i64, Delivery)>> {
     let mut select = conn
         .prepare_cached(
-            "SELECT seq, id, key, payload, headers, attempt, enqueued_at, leased, last_error, grp,
+            "SELECT seq, id, key, payload, headers, attempt, enqueued_us, leased, last_error, grp,
                     snoozes
              FROM messages WHERE queue = ?1 AND visible_at <= ?2
              ORDER BY visible_at, seq LIMIT ?3",
@@ -377,7 +444,7 @@ fn pick_due(
                 payload: row.get(3)?,
                 headers: headers.map_or_else(Vec::new, |h| decode_headers(h.as_bytes())),
                 attempt: attempt + 1,
-                enqueued_at_ms: row.get::<_, i64>(6)? as u64,
+                enqueued_at_us: row.get::<_, i64>(6)? as u64,
                 last_error,
                 receipt: format!("{:016x}", rand::random::<u64>()),
                 lease_until_ms: lease_until,
@@ -599,6 +666,9 @@ fn put_back(conn: &Connection, d: &Delivery, at: i64, error: &str) -> Result<boo
         )
         .and_then(|mut s| s.execute(params![d.id, d.receipt, at, error]))
         .map_err(classify)?;
+    if n == 1 {
+        wake::ring_later(&d.queue);
+    }
     Ok(n == 1)
 }
 
@@ -614,6 +684,9 @@ fn defer(conn: &Connection, d: &Delivery, at: i64, snoozes: u32) -> Result<bool>
         )
         .and_then(|mut s| s.execute(params![d.id, d.receipt, at, snoozes]))
         .map_err(classify)?;
+    if n == 1 {
+        wake::ring_later(&d.queue);
+    }
     Ok(n == 1)
 }
 
@@ -763,7 +836,7 @@ mod fuzz {
         let conn = super::super::open_connection(&dir.path().join("f.db")).unwrap();
         for (i, headers) in corpus.iter().enumerate() {
             conn.execute(
-                "INSERT INTO messages (id, queue, key, payload, headers, attempt, enqueued_at, visible_at)
+                "INSERT INTO messages (id, queue, key, payload, headers, attempt, enqueued_us, visible_at)
                  VALUES (?1, 'q', '', ?2, ?3, 0, 0, 0)",
                 params![format!("m{i}"), vec![i as u8], headers],
             )
@@ -788,7 +861,7 @@ mod fuzz {
             let dir = tempfile::tempdir().unwrap();
             let conn = super::super::open_connection(&dir.path().join("f.db")).unwrap();
             conn.execute(
-                "INSERT INTO messages (id, queue, key, payload, headers, attempt, enqueued_at, visible_at, last_error)
+                "INSERT INTO messages (id, queue, key, payload, headers, attempt, enqueued_us, visible_at, last_error)
                  VALUES ('m', 'q', ?1, ?2, ?3, ?4, 0, 0, ?5)",
                 params![key, payload, headers, attempt, error],
             )

@@ -28,6 +28,8 @@ async fn old_rows_are_usable(b: &dyn Broker, label: &str) {
         (3, "gave up", &b"old"[..]),
         "{label}"
     );
+    // Enqueued at 1 ms, as the old file counted (now in microseconds).
+    assert_eq!(dead.enqueued_at_ms, 1, "{label}: the dead letter's enqueue time");
     let claim = KeyClaim {
         key: "k-done".into(),
         holder: "new holder".into(),
@@ -55,6 +57,7 @@ async fn ack_the_one_message(b: &dyn Broker, id: &str, payload: &[u8], label: &s
         (id, payload),
         "{label}"
     );
+    assert_eq!(got[0].enqueued_at_us, 1000, "{label}: {id}'s enqueue time");
     b.settle(&[Settlement::Done {
         delivery: got[0].clone(),
         key: None,

@@ -102,7 +102,7 @@ async fn a_file_of_every_earlier_version_upgrades_to_the_schema_of_a_new_one() {
         let b = SqliteBroker::open(&path).unwrap_or_else(|e| panic!("{label}: {e:#}"));
         old_rows_are_usable(&b, &label).await;
         drop(b);
-        assert_eq!(user_version(&path), 7, "{label}");
+        assert_eq!(user_version(&path), 8, "{label}");
         let done: i64 = Connection::open(&path)
             .unwrap()
             .query_row("SELECT done FROM counters WHERE queue = 'q'", [], |r| {

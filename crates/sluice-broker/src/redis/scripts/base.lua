@@ -1,6 +1,8 @@
+-- The server's clock in ms; and the microseconds of its second, which a
+-- publish writes as `u`.
 local function server_now()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t[2]
 end
 local function set_field(f, name, value)
   for i = 1, #f, 2 do

@@ -12,7 +12,7 @@ for _, e in ipairs(entries) do
   local redrives = tonumber(get_field(f, 'c') or '0')
   if (any_id or wanted[id]) and (max_redrives < 0 or redrives < max_redrives) then
     local back = {'i', id, 'p', get_field(f, 'p'), 't', get_field(f, 't') or string.match(e[1], '^(%d+)')}
-    for _, name in ipairs({'k', 'h', 'e'}) do
+    for _, name in ipairs({'k', 'h', 'e', 'u'}) do
       local v = get_field(f, name)
       if v and v ~= '' then set_field(back, name, v) end
     end

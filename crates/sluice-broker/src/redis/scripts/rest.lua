@@ -22,6 +22,8 @@ local function enqueue_grouped(S, Z, H, G, W, id, fields, due, now, g)
   if redis.call('HSETNX', G, g, '1') == 1 then
     enqueue(S, Z, H, id, fields, due, now)
   else
+    -- Written when its turn comes: the enqueue time goes with it.
+    if not get_field(fields, 't') then set_field(fields, 't', tostring(now)) end
     local waiting = cmsgpack.pack(fields)
     if due > now then waiting = due .. ' ' .. waiting end
     redis.call('RPUSH', W .. ':' .. g, waiting)
@@ -46,8 +48,8 @@ local function blocks(spec)
 end
 -- Queue the message whose six arguments start at ARGV[i]: id, key ("" =
 -- the id), payload, headers ("" = none), delay ms, group ("" = none).
-local function enqueue_message(S, Z, H, G, W, i, now)
-  local fields = {'i', ARGV[i], 'p', ARGV[i + 2]}
+local function enqueue_message(S, Z, H, G, W, i, now, us)
+  local fields = {'i', ARGV[i], 'p', ARGV[i + 2], 'u', us}
   if ARGV[i + 1] ~= '' and ARGV[i + 1] ~= ARGV[i] then set_field(fields, 'k', ARGV[i + 1]) end
   if ARGV[i + 3] ~= '' then set_field(fields, 'h', ARGV[i + 3]) end
   local delay = tonumber(ARGV[i + 4])

@@ -153,7 +153,7 @@ pub async fn redrives_stop_at_max_and_manual_replay_keeps_the_count(b: Arc<dyn B
     m.headers = vec![("h".into(), "v".into())];
     let id = b.publish(vec![m]).await.unwrap().remove(0);
     let first = receive_one(&*b, "q", LEASE).await;
-    let enqueued_at_ms = first.enqueued_at_ms;
+    let enqueued_at_ms = first.enqueued_at_ms();
     b.settle(&[dead(first)]).await.unwrap();
     let redrive = ReplaySelector {
         max_redrives: Some(2),
