@@ -31,6 +31,8 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 // run as the `postgres` user when this is root).
 #[path = "sluice/limited.rs"]
 mod limited;
+#[path = "sluice/lowload.rs"]
+mod lowload;
 #[path = "sluice/postgres.rs"]
 mod postgres;
 #[path = "sluice/record.rs"]
@@ -79,7 +81,7 @@ usage: cargo bench --bench sluice -- [OPTIONS]
 
 /// The sections, in the order they run: what `--only` takes (`main` runs
 /// no other).
-const SECTIONS: [&str; 14] = [
+const SECTIONS: [&str; 15] = [
     "invoke",
     "cli",
     "trace",
@@ -87,6 +89,7 @@ const SECTIONS: [&str; 14] = [
     "languages",
     "batch",
     "latency",
+    "wake",
     "restart",
     "redis",
     "postgres",
@@ -1236,6 +1239,8 @@ async fn bench_restart(lang: &str, name: &str) {
 }
 
 fn main() {
+    // Started by the low-load points as their publisher: publish, and exit.
+    lowload::publisher();
     let args = args();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -1284,7 +1289,11 @@ fn main() {
             bench_batches(&runtime, 5_000).await;
         }
         if run("latency") {
+            lowload::latencies(&runtime).await;
             latency::bench(&runtime, args.rounds).await;
+        }
+        if run("wake") {
+            lowload::wake(&runtime, args.messages / 2, args.rounds).await;
         }
         if run("restart") {
             // The largest guest in guests/ (Python orders), and the Rust ones.
@@ -1342,9 +1351,10 @@ fn main() {
 }
 
 /// Latency: how long a message takes from its publish to its ack as done,
-/// under an open-loop load at 50% and 80% of the maximum rate (measured by
-/// a drain of the same handler just before), on SQLite and Redis, for the
-/// native no-op, `hello` fresh and `hello` reuse.
+/// at a low rate from another process (`lowload.rs`), and under an
+/// open-loop load at 50% and 80% of the maximum rate (measured by a drain
+/// of the same handler just before), on SQLite and Redis, for the native
+/// no-op, `hello` fresh and `hello` reuse.
 mod latency {
     use super::*;
     use sluice::broker::{ClaimState, Flow, KeyClaim, KeyOf, Lease, Queue, Received, Settlement};
@@ -1355,13 +1365,30 @@ mod latency {
     /// Messages of the drain that measures the maximum rate.
     const DRAIN: usize = 50_000;
 
-    /// The queue role, noting for every done settlement it writes how long
-    /// its message took since its publish: the nanoseconds since `origin`
-    /// that the publisher wrote at the start of the payload.
-    struct AckTimed {
-        inner: Arc<dyn Broker>,
-        origin: Instant,
-        samples: std::sync::Mutex<Vec<(u64, u64)>>,
+    /// The queue role, noting each done settlement once it is written:
+    /// `noted` is given its delivery.
+    pub(super) struct AckTimed {
+        pub(super) inner: Arc<dyn Broker>,
+        pub(super) noted: Box<dyn Fn(&Delivery) + Send + Sync>,
+    }
+
+    /// For each done settlement, how long its message took since its
+    /// publish: the nanoseconds since `origin` that the publisher wrote at
+    /// the start of the payload, and how long after that it was settled.
+    type Samples = Arc<std::sync::Mutex<Vec<(u64, u64)>>>;
+
+    fn stamped(inner: Arc<dyn Broker>, origin: Instant, samples: Samples) -> AckTimed {
+        AckTimed {
+            inner,
+            noted: Box::new(move |delivery| {
+                let now = origin.elapsed().as_nanos() as u64;
+                let sent = std::str::from_utf8(&delivery.payload[..20])
+                    .ok()
+                    .and_then(|t| t.parse::<u64>().ok())
+                    .expect("a payload stamped by the publisher");
+                samples.lock().unwrap().push((sent, now.saturating_sub(sent)));
+            }),
+        }
     }
 
     #[async_trait]
@@ -1406,18 +1433,16 @@ mod latency {
         }
         async fn settle(&self, settlements: &[Settlement]) -> sluice::broker::Result<()> {
             self.inner.settle(settlements).await?;
-            let now = self.origin.elapsed().as_nanos() as u64;
-            let mut samples = self.samples.lock().unwrap();
             for s in settlements {
                 if let Settlement::Done { delivery, .. } = s {
-                    let sent = std::str::from_utf8(&delivery.payload[..20])
-                        .ok()
-                        .and_then(|t| t.parse::<u64>().ok())
-                        .expect("a payload stamped by the publisher");
-                    samples.push((sent, now.saturating_sub(sent)));
+                    (self.noted)(delivery);
                 }
             }
             Ok(())
+        }
+
+        async fn idle(&self, q: &str, up_to: Duration) {
+            self.inner.idle(q, up_to).await
         }
         async fn extend(
             &self,
@@ -1437,11 +1462,25 @@ mod latency {
     }
 
     /// p50, p99 and p99.9 of one load, in ms.
-    struct Percentiles {
-        p50: f64,
-        p99: f64,
-        p999: f64,
-        count: usize,
+    pub(super) struct Percentiles {
+        pub(super) p50: f64,
+        pub(super) p99: f64,
+        pub(super) p999: f64,
+        pub(super) count: usize,
+    }
+
+    impl Percentiles {
+        /// Of `ms`, sorted here.
+        pub(super) fn of(mut ms: Vec<f64>) -> Percentiles {
+            ms.sort_by(f64::total_cmp);
+            let at = |p: f64| ms[((ms.len() - 1) as f64 * p).round() as usize];
+            Percentiles {
+                p50: at(0.50),
+                p99: at(0.99),
+                p999: at(0.999),
+                count: ms.len(),
+            }
+        }
     }
 
     /// Publish to `hello` at `rate` a second for [`LOAD`], a batch every
@@ -1454,11 +1493,8 @@ mod latency {
         rate: f64,
     ) -> Percentiles {
         let origin = Instant::now();
-        let timed = Arc::new(AckTimed {
-            inner: broker.clone(),
-            origin,
-            samples: std::sync::Mutex::new(Vec::new()),
-        });
+        let samples = Samples::default();
+        let timed = Arc::new(stamped(broker.clone(), origin, samples.clone()));
         let worker = QueueWorker::new(timed.clone(), dispatch, spec);
         let (stop_tx, stop_rx) = watch::channel(false);
         let task = tokio::spawn(worker.serve(stop_rx, Duration::from_secs(10)));
@@ -1482,29 +1518,21 @@ mod latency {
             sent += n;
         }
         let until = Instant::now() + Duration::from_secs(30);
-        while timed.samples.lock().unwrap().len() < sent {
+        while samples.lock().unwrap().len() < sent {
             assert!(Instant::now() < until, "the load did not drain");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let _ = stop_tx.send(true);
         task.await.unwrap();
         let warm = WARMUP.as_nanos() as u64;
-        let mut ms: Vec<f64> = timed
-            .samples
+        let ms: Vec<f64> = samples
             .lock()
             .unwrap()
             .iter()
             .filter(|(sent, _)| *sent >= warm)
             .map(|(_, took)| *took as f64 / 1e6)
             .collect();
-        ms.sort_by(f64::total_cmp);
-        let at = |p: f64| ms[((ms.len() - 1) as f64 * p).round() as usize];
-        Percentiles {
-            p50: at(0.50),
-            p99: at(0.99),
-            p999: at(0.999),
-            count: ms.len(),
-        }
+        Percentiles::of(ms)
     }
 
     /// Each handler's maximum rate over `name`'s broker, then its latencies

@@ -24,7 +24,7 @@ async fn a_writer_does_not_wait_for_stats_on_a_large_file() {
     conn.execute_batch(&format!(
         "BEGIN;
          WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {ROWS})
-         INSERT INTO messages (id, queue, key, payload, enqueued_at, visible_at)
+         INSERT INTO messages (id, queue, key, payload, enqueued_us, visible_at)
          SELECT 'm' || i, 'big', 'm' || i, x'00', 1, CASE WHEN i % 10 = 0 THEN 9e15 ELSE 1 END FROM n;
          INSERT INTO queues (queue) VALUES ('big');
          COMMIT;"
@@ -78,4 +78,34 @@ async fn a_writer_does_not_wait_for_stats_on_a_large_file() {
         "median wait {median:?}"
     );
     assert!(worst < Duration::from_millis(500), "worst wait {worst:?}");
+}
+
+/// An idle host handles a message that another process commits (`sluice
+/// send`) at once: the commit wakes it. Were it not woken, it would find
+/// each message only at its next look, up to 5 s later, and some of the
+/// five would take over a second.
+#[test]
+fn an_idle_host_handles_a_message_sent_by_another_process_at_once() {
+    let env = crate::support::Env::new();
+    env.deploy("hello", "hello", None);
+    let (rt, broker) = env.broker();
+    let log = env.dir.path().join("host.log");
+    let _host = crate::support::Killed(env.spawn_run(&log));
+    let done = || rt.block_on(broker.queue_stats("hello")).unwrap().done;
+    env.send("hello", "first", &[]);
+    crate::support::wait_until(Duration::from_secs(60), "the first message", || done() == 1);
+    let mut took = Vec::new();
+    for i in 2..=6 {
+        // Idle for longer than any poll backoff before each.
+        std::thread::sleep(Duration::from_millis(700));
+        let sent = Instant::now();
+        env.send("hello", "again", &[]);
+        crate::support::wait_until(Duration::from_secs(30), "the message", || done() == i);
+        took.push(sent.elapsed());
+    }
+    assert!(
+        took.iter().all(|t| *t < Duration::from_secs(1)),
+        "from send to done: {took:?}\n{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
 }

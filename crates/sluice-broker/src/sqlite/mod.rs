@@ -90,11 +90,27 @@ pub struct SqliteBroker {
 impl SqliteBroker {
     /// Open (creating if needed) the broker file at `path`.
     pub fn open(path: impl AsRef<Path>) -> anyhow::Result<Self> {
-        let path = path.as_ref().to_path_buf();
+        Self::open_with(path.as_ref(), true)
+    }
+
+    /// [`open`](Self::open) without the wake-ups of `wake.rs`: commits ring
+    /// nothing and idle receivers poll, as before there were any. For
+    /// measuring what the wake-ups cost.
+    pub fn open_polling(path: impl AsRef<Path>) -> anyhow::Result<Self> {
+        Self::open_with(path.as_ref(), false)
+    }
+
+    fn open_with(path: &Path, wakes: bool) -> anyhow::Result<Self> {
+        let path = path.to_path_buf();
         let conn = open_connection(&path)
             .map_err(|e| anyhow::anyhow!("cannot open SQLite broker {}: {e}", path.display()))?;
+        // Once the file exists: the bells are the file's, by its real path.
+        let bells = if wakes {
+            wake::bells(&path)
+        } else {
+            Arc::new(wake::Bells::off())
+        };
         let (jobs, rx) = mpsc::channel::<Job>();
-        let bells = wake::bells(&path);
         let rings = bells.clone();
         std::thread::Builder::new()
             .name("sluice-sqlite".into())
@@ -286,6 +302,7 @@ fn in_savepoint<R>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<R>) 
 }
 
 fn run_jobs(conn: Connection, rx: mpsc::Receiver<Job>, bells: &wake::Bells) {
+    wake::rings_here(bells.on());
     let mut last_sweep = Instant::now();
     // The connection's `synchronous` level: FULL as it was opened, or
     // NORMAL; None when setting it failed and it is not known.
@@ -482,7 +499,7 @@ mod tests {
         jobs: Vec<(Job, oneshot::Receiver<Result<()>>)>,
     ) -> Vec<Result<()>> {
         let (jobs, answers): (Vec<Job>, Vec<_>) = jobs.into_iter().unzip();
-        run_group(conn, jobs, false, &wake::Bells::none());
+        run_group(conn, jobs, false, &wake::Bells::off());
         answers
             .into_iter()
             .enumerate()
@@ -522,7 +539,7 @@ mod tests {
         drop(tx);
         // Every job is waiting before the loop starts, so they make one
         // group, and the loop ends when the channel is empty.
-        run_jobs(conn, rx, &wake::Bells::none());
+        run_jobs(conn, rx, &wake::Bells::off());
         answers
             .into_iter()
             .map(|mut a| a.try_recv().unwrap().unwrap())

@@ -126,6 +126,10 @@ impl Queue for SqliteBroker {
     /// [`wake::WATCHED_WAIT`] at most. Where the file's doorbells are not
     /// watched, for `up_to` at most, as a poll.
     async fn idle(&self, queue: &str, up_to: Duration) {
+        if !self.bells.on() {
+            tokio::time::sleep(up_to).await;
+            return;
+        }
         let bell = self.bells.of(queue);
         let woken = bell.notify().notified();
         tokio::pin!(woken);
@@ -153,6 +157,9 @@ impl Queue for SqliteBroker {
 impl SqliteBroker {
     /// Note how many times `queue` has rung, as a receive of it begins.
     fn seen_now(&self, queue: &str) {
+        if !self.bells.on() {
+            return;
+        }
         let rung = self.bells.of(queue).rung();
         let mut seen = self.seen.lock().expect("seen lock");
         match seen.get_mut(queue) {

@@ -33,6 +33,8 @@ pub(super) const WATCHED_WAIT: Duration = Duration::from_secs(5);
 /// The wake-ups of one database file, shared by every broker of this
 /// process that opened it.
 pub(super) struct Bells {
+    /// Whether commits ring at all (see [`Bells::off`]).
+    on: bool,
     /// The doorbells' directory, when it exists.
     dir: Option<PathBuf>,
     /// Whether this process watches it, once a receiver has waited.
@@ -82,6 +84,7 @@ pub(super) fn bells(path: &Path) -> Arc<Bells> {
         return bells;
     }
     let bells = Arc::new_cyclic(|me| Bells {
+        on: true,
         dir: make(&doorbells(&path)),
         watched: std::sync::OnceLock::new(),
         me: me.clone(),
@@ -109,10 +112,12 @@ fn doorbell(queue: &str) -> String {
 }
 
 impl Bells {
-    /// Bells of no file: rung here only, never watched.
-    #[cfg(test)]
-    pub(super) fn none() -> Bells {
+    /// No bells: nothing rings, and idle receivers poll, as they did before
+    /// there were any (for comparisons, and for tests of the broker
+    /// thread).
+    pub(super) fn off() -> Bells {
         Bells {
+            on: false,
             dir: None,
             watched: std::sync::OnceLock::from(false),
             me: Weak::new(),
@@ -124,10 +129,16 @@ impl Bells {
     /// not, they poll): the doorbells are watched from the first time a
     /// receiver waits, so a process that only publishes watches nothing.
     pub(super) fn watched(&self) -> bool {
-        *self.watched.get_or_init(|| match &self.dir {
+        self.on
+            && *self.watched.get_or_init(|| match &self.dir {
             Some(dir) => watch(dir, self.me.clone()),
             None => false,
         })
+    }
+
+    /// Whether commits ring.
+    pub(super) fn on(&self) -> bool {
+        self.on
     }
 
     /// `queue`'s bell, made on first use.
@@ -139,6 +150,9 @@ impl Bells {
     /// Ring each of `queues`, which a commit has just made due (or due
     /// sooner): here, and through their doorbells for other processes.
     pub(super) fn ring(&self, queues: &HashSet<String>) {
+        if !self.on {
+            return;
+        }
         for queue in queues {
             let name = doorbell(queue);
             let here = self.queues.lock().expect("bells lock").get(&name).cloned();
@@ -194,10 +208,21 @@ thread_local! {
     /// Queues rung by the jobs of the group transaction running on this
     /// thread, rung once it has committed.
     static RUNG: std::cell::RefCell<HashSet<String>> = std::cell::RefCell::default();
+    /// Whether this thread's jobs ring at all (see [`rings_here`]).
+    static RINGS: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// Make the jobs run on this thread ring (`on`) or not: a broker thread's
+/// first act.
+pub(super) fn rings_here(on: bool) {
+    RINGS.with(|r| r.set(on));
 }
 
 /// Ring `queue` once the transaction this job runs in commits.
 pub(super) fn ring_later(queue: &str) {
+    if !RINGS.with(std::cell::Cell::get) {
+        return;
+    }
     RUNG.with(|rung| {
         let mut rung = rung.borrow_mut();
         if !rung.contains(queue) {
@@ -220,7 +245,7 @@ fn make(dir: &Path) -> Option<PathBuf> {
     match std::fs::create_dir_all(dir) {
         Ok(()) => Some(dir.to_path_buf()),
         Err(e) => {
-            tracing::debug!(dir = %dir.display(), error = %e, "the SQLite doorbells' directory cannot be made; idle receivers poll");
+            tracing::info!(dir = %dir.display(), error = %e, "the SQLite doorbells' directory cannot be made; idle receivers poll every 50 ms");
             None
         }
     }
@@ -231,7 +256,7 @@ fn watch(dir: &Path, bells: Weak<Bells>) -> bool {
     match watcher::add(dir, bells) {
         Ok(()) => true,
         Err(e) => {
-            tracing::debug!(dir = %dir.display(), error = %e, "the SQLite doorbells cannot be watched; idle receivers poll");
+            tracing::info!(dir = %dir.display(), error = %e, "the SQLite doorbells cannot be watched; idle receivers poll every 50 ms");
             false
         }
     }
