@@ -1386,7 +1386,10 @@ mod latency {
                     .ok()
                     .and_then(|t| t.parse::<u64>().ok())
                     .expect("a payload stamped by the publisher");
-                samples.lock().unwrap().push((sent, now.saturating_sub(sent)));
+                samples
+                    .lock()
+                    .unwrap()
+                    .push((sent, now.saturating_sub(sent)));
             }),
         }
     }

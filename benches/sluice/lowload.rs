@@ -49,10 +49,7 @@ pub fn publisher() {
         let start = tokio::time::Instant::now();
         for i in 0..count {
             tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / RATE)).await;
-            let id = client
-                .publish("hello", &[b'x'; 100])
-                .await
-                .unwrap();
+            let id = client.publish("hello", &[b'x'; 100]).await.unwrap();
             writeln!(out, "{id} {}", now_us()).unwrap();
             out.flush().unwrap();
         }
@@ -103,7 +100,11 @@ async fn point(
     })
     .await
     .unwrap();
-    assert_eq!(published.len(), MESSAGES, "the publisher published them all");
+    assert_eq!(
+        published.len(),
+        MESSAGES,
+        "the publisher published them all"
+    );
     let until = Instant::now() + Duration::from_secs(30);
     while settled.lock().unwrap().len() < MESSAGES {
         assert!(Instant::now() < until, "the low load did not drain");
@@ -237,18 +238,32 @@ pub async fn wake(runtime: &Runtime, messages: usize, rounds: usize) {
     let sqlite = format!("sqlite://{}", dir.path().join("idle.db").display());
     let redis = RedisProcess::start();
     let pg = PgServer::start_durable();
-    for (name, url) in [("sqlite", sqlite), ("redis", redis.url.clone()), ("postgres", pg.url())] {
-        let share = tokio::task::spawn_blocking(move || idle_host_cpu(&url)).await.unwrap();
+    for (name, url) in [
+        ("sqlite", sqlite),
+        ("redis", redis.url.clone()),
+        ("postgres", pg.url()),
+    ] {
+        let share = tokio::task::spawn_blocking(move || idle_host_cpu(&url))
+            .await
+            .unwrap();
         println!(
             "idle    {name:<8} sluice run serving hello, idle: {:.2}% of a core over {}s (target < 1%)",
             share * 100.0,
             IDLE_WINDOW.as_secs()
         );
-        record::figure("idle", broker_name(name), "idle host", "% of a core", share * 100.0);
+        record::figure(
+            "idle",
+            broker_name(name),
+            "idle host",
+            "% of a core",
+            share * 100.0,
+        );
     }
     drop((redis, pg));
     let spec = tuned(
-        load_in(runtime, "rust", "hello", InstanceMode::Reuse).spec.clone(),
+        load_in(runtime, "rust", "hello", InstanceMode::Reuse)
+            .spec
+            .clone(),
         Settings {
             concurrency: None,
             prefetch: None,
@@ -267,13 +282,29 @@ pub async fn wake(runtime: &Runtime, messages: usize, rounds: usize) {
             } else {
                 Arc::new(SqliteBroker::open_polling(&path).unwrap())
             };
-            let label = if with { "sqlite wake-ups" } else { "sqlite polling" };
-            let d = drain(label, broker, dispatch.clone(), spec.clone(), messages, Observed::Off).await;
+            let label = if with {
+                "sqlite wake-ups"
+            } else {
+                "sqlite polling"
+            };
+            let d = drain(
+                label,
+                broker,
+                dispatch.clone(),
+                spec.clone(),
+                messages,
+                Observed::Off,
+            )
+            .await;
             rates[usize::from(!with)] = d.rate;
         }
         ratios.push(rates[0] / rates[1]);
     }
-    let each = ratios.iter().map(|r| format!("{r:.3}")).collect::<Vec<_>>().join(", ");
+    let each = ratios
+        .iter()
+        .map(|r| format!("{r:.3}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     println!(
         "ratio   sqlite hello reuse drain with wake-ups / polling: {:.3} (target >= 0.98; rounds: {each})",
         median(&mut ratios)

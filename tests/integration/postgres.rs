@@ -137,7 +137,7 @@ async fn hosts_starting_at_once_make_the_schema_once_and_a_newer_schema_is_refus
     }
     assert_eq!(
         server.psql("SELECT version FROM sluice.schema_version"),
-        "8"
+        "9"
     );
     // A second start finds it made and changes nothing.
     broker(&server).await;
@@ -156,7 +156,7 @@ async fn hosts_starting_at_once_make_the_schema_once_and_a_newer_schema_is_refus
         .await
         .unwrap();
     assert_eq!(other.schema(), "jobs");
-    assert_eq!(server.psql("SELECT version FROM jobs.schema_version"), "8");
+    assert_eq!(server.psql("SELECT version FROM jobs.schema_version"), "9");
 }
 
 /// Version 1's definition of function `name`, from the file `sql` that
@@ -173,8 +173,8 @@ fn v1_function(sql: &str, name: &str) -> String {
 /// 5, 6, 7 and 8 (`queue_v2.sql`, `queue_v3.sql`, `queue_v5.sql`,
 /// `queue_v6.sql`, `queue_v7.sql`, `queue_v8.sql`: the files before the
 /// numbered migrations, kept in crates/sluice-broker/tests/fixtures/postgres)
-/// changed, undone with version 1's own SQL, done as the broker's role,
-/// which owns the schema.
+/// and 9 (`migrations/0009_microseconds.sql`) changed, undone with version 1's own
+/// SQL, done as the broker's role, which owns the schema.
 /// (Version 4's settings go with the functions made again.)
 fn back_to_version_1(server: &PgServer) {
     let queue = include_str!("../../crates/sluice-broker/tests/fixtures/postgres/queue.sql");
@@ -189,6 +189,9 @@ fn back_to_version_1(server: &PgServer) {
          DROP TABLE settled;
          DROP FUNCTION publish_refuse, publish_quote, publish_check_queue, publish_headers,
                        publish_check_key, publish_check_delay, publish_max_size;
+         DROP FUNCTION now_us;
+         UPDATE messages SET enqueued_at = enqueued_at / 1000;
+         UPDATE dead SET enqueued_at = enqueued_at / 1000;
          UPDATE schema_version SET version = 1;",
     );
     for (file, name) in [
@@ -197,7 +200,9 @@ fn back_to_version_1(server: &PgServer) {
         (queue, "extend"),
         (queue, "lease_limited"),
         (queue, "publish"),
+        (queue, "enqueue"),
         (groups, "rejoin"),
+        (groups, "enqueue_grouped"),
     ] {
         sql.push_str(&v1_function(file, name));
         sql.push(';');
@@ -239,7 +244,7 @@ async fn a_version_1_schema_is_upgraded_in_place_and_its_leases_still_settle() {
     let b = broker(&server).await;
     assert_eq!(
         server.psql("SELECT version FROM sluice.schema_version"),
-        "8"
+        "9"
     );
     // Version 1's functions, made again by the upgrade, plan each call for
     // its batch too.

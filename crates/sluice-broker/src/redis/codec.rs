@@ -444,21 +444,42 @@ mod tests {
         let at = |id: &str, t: Option<&[u8]>, u: &[u8]| {
             let mut fields = vec![("i", &b"m1"[..]), ("p", &b""[..]), ("u", u)];
             fields.extend(t.map(|t| ("t", t)));
-            Entry::parse(entry(id, &fields)).unwrap().into_delivery("q", 1, 0).enqueued_at_us
+            Entry::parse(entry(id, &fields))
+                .unwrap()
+                .into_delivery("q", 1, 0)
+                .enqueued_at_us
         };
         // The same millisecond as the entry's id.
-        assert_eq!(at("1700000000123-0", None, b"123456"), 1_700_000_000_123_456);
+        assert_eq!(
+            at("1700000000123-0", None, b"123456"),
+            1_700_000_000_123_456
+        );
         // `TIME` a millisecond behind the id `XADD *` gave.
-        assert_eq!(at("1700000000124-0", None, b"123999"), 1_700_000_000_123_999);
+        assert_eq!(
+            at("1700000000124-0", None, b"123999"),
+            1_700_000_000_123_999
+        );
         // Across a second: the id in the next second, `u` late in this one.
-        assert_eq!(at("1700000001000-0", None, b"999800"), 1_700_000_000_999_800);
-        assert_eq!(at("1700000000999-0", None, b"000200"), 1_700_000_001_000_200);
+        assert_eq!(
+            at("1700000001000-0", None, b"999800"),
+            1_700_000_000_999_800
+        );
+        assert_eq!(
+            at("1700000000999-0", None, b"000200"),
+            1_700_000_001_000_200
+        );
         // A later entry with the enqueue millisecond in `t`.
-        assert_eq!(at("1800000000000-0", Some(b"1700000000123"), b"123456"), 1_700_000_000_123_456);
+        assert_eq!(
+            at("1800000000000-0", Some(b"1700000000123"), b"123456"),
+            1_700_000_000_123_456
+        );
         // An entry written before `u` existed.
         let old = entry("1700000000123-0", &[("i", b"m1"), ("p", b"")]);
         assert_eq!(
-            Entry::parse(old).unwrap().into_delivery("q", 1, 0).enqueued_at_us,
+            Entry::parse(old)
+                .unwrap()
+                .into_delivery("q", 1, 0)
+                .enqueued_at_us,
             1_700_000_000_123_000
         );
     }

@@ -181,9 +181,9 @@ impl SqliteBroker {
                     .map_err(classify)
             })
             .await?;
-        Ok(next.filter(|&at| at < groups::WAITING).map(|at| {
-            Duration::from_millis((at - now_ms() as i64).max(0) as u64)
-        }))
+        Ok(next
+            .filter(|&at| at < groups::WAITING)
+            .map(|at| Duration::from_millis((at - now_ms() as i64).max(0) as u64)))
     }
 }
 

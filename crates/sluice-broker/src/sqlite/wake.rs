@@ -131,9 +131,9 @@ impl Bells {
     pub(super) fn watched(&self) -> bool {
         self.on
             && *self.watched.get_or_init(|| match &self.dir {
-            Some(dir) => watch(dir, self.me.clone()),
-            None => false,
-        })
+                Some(dir) => watch(dir, self.me.clone()),
+                None => false,
+            })
     }
 
     /// Whether commits ring.
@@ -404,7 +404,10 @@ mod tests {
     ) -> tokio::task::JoinHandle<Duration> {
         let queue = queue.to_string();
         tokio::spawn(async move {
-            let found = broker.receive(&queue, 1, LEASE, Flow::default()).await.unwrap();
+            let found = broker
+                .receive(&queue, 1, LEASE, Flow::default())
+                .await
+                .unwrap();
             assert!(found.is_empty());
             let started = Instant::now();
             broker.idle(&queue, floor).await;
@@ -435,10 +438,16 @@ mod tests {
         let publisher = SqliteBroker::open(&path).unwrap();
         let waited = idle_receiver(receiver.clone(), "q", Duration::from_secs(60));
         settle_in().await;
-        publisher.publish(vec![NewMessage::new("q", b"x".to_vec())]).await.unwrap();
+        publisher
+            .publish(vec![NewMessage::new("q", b"x".to_vec())])
+            .await
+            .unwrap();
         let waited = waited.await.unwrap();
         assert!(waited < WATCHED_WAIT / 2, "woke after {waited:?}");
-        let got = receiver.receive("q", 1, LEASE, Flow::default()).await.unwrap();
+        let got = receiver
+            .receive("q", 1, LEASE, Flow::default())
+            .await
+            .unwrap();
         assert_eq!(got.len(), 1);
     }
 
@@ -454,11 +463,17 @@ mod tests {
         settle_in().await;
         insert_without_ringing(&path, NewMessage::new("q", b"x".to_vec()));
         let bell = doorbells(&path).join(doorbell("q"));
-        let touched = std::process::Command::new("touch").arg(&bell).status().unwrap();
+        let touched = std::process::Command::new("touch")
+            .arg(&bell)
+            .status()
+            .unwrap();
         assert!(touched.success());
         let waited = waited.await.unwrap();
         assert!(waited < WATCHED_WAIT / 2, "woke after {waited:?}");
-        let got = receiver.receive("q", 1, LEASE, Flow::default()).await.unwrap();
+        let got = receiver
+            .receive("q", 1, LEASE, Flow::default())
+            .await
+            .unwrap();
         assert_eq!(got.len(), 1);
     }
 
@@ -467,11 +482,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q.db");
         let broker = SqliteBroker::open(&path).unwrap();
-        assert!(broker.receive("q", 1, LEASE, Flow::default()).await.unwrap().is_empty());
-        broker.publish(vec![NewMessage::new("q", b"x".to_vec())]).await.unwrap();
+        assert!(
+            broker
+                .receive("q", 1, LEASE, Flow::default())
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        broker
+            .publish(vec![NewMessage::new("q", b"x".to_vec())])
+            .await
+            .unwrap();
         let started = Instant::now();
         broker.idle("q", Duration::from_secs(60)).await;
-        assert!(started.elapsed() < WATCHED_WAIT / 2, "waited {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < WATCHED_WAIT / 2,
+            "waited {:?}",
+            started.elapsed()
+        );
     }
 
     #[tokio::test]
@@ -486,12 +514,20 @@ mod tests {
         // The publish's own ring may come after the first look: a look
         // more, not a poll.
         let mut looks = 0;
-        while broker.receive("q", 1, LEASE, Flow::default()).await.unwrap().is_empty() {
+        while broker
+            .receive("q", 1, LEASE, Flow::default())
+            .await
+            .unwrap()
+            .is_empty()
+        {
             looks += 1;
             broker.idle("q", Duration::from_millis(1)).await;
         }
         let waited = started.elapsed();
-        assert!(waited >= Duration::from_millis(300), "received after {waited:?}");
+        assert!(
+            waited >= Duration::from_millis(300),
+            "received after {waited:?}"
+        );
         assert!(waited < WATCHED_WAIT / 2, "received after {waited:?}");
         assert!(looks <= 3, "{looks} looks");
     }

@@ -29,7 +29,10 @@ async fn old_rows_are_usable(b: &dyn Broker, label: &str) {
         "{label}"
     );
     // Enqueued at 1 ms, as the old file counted (now in microseconds).
-    assert_eq!(dead.enqueued_at_ms, 1, "{label}: the dead letter's enqueue time");
+    assert_eq!(
+        dead.enqueued_at_ms, 1,
+        "{label}: the dead letter's enqueue time"
+    );
     let claim = KeyClaim {
         key: "k-done".into(),
         holder: "new holder".into(),
