@@ -120,14 +120,9 @@ async fn point(
     Percentiles::of(ms)
 }
 
-/// The points of each handler on one broker, printed and recorded;
-/// `fresh` gives an empty broker and its URL.
-async fn on(
-    runtime: &Runtime,
-    name: &str,
-    mut fresh: impl AsyncFnMut() -> (String, Arc<dyn Broker>),
-) {
-    let spec = tuned(
+/// `hello`'s spec with the handler defaults.
+fn hello_spec(runtime: &Runtime) -> HandlerSpec {
+    tuned(
         load_in(runtime, "rust", "hello", InstanceMode::Fresh)
             .spec
             .clone(),
@@ -135,7 +130,17 @@ async fn on(
             concurrency: None,
             prefetch: None,
         },
-    );
+    )
+}
+
+/// The points of each handler on one broker, printed and recorded;
+/// `fresh` gives an empty broker and its URL.
+async fn on(
+    runtime: &Runtime,
+    name: &str,
+    mut fresh: impl AsyncFnMut() -> (String, Arc<dyn Broker>),
+) {
+    let spec = hello_spec(runtime);
     let handlers: [(&str, Arc<dyn Dispatch>); 3] = [
         ("native", Arc::new(NativeNoop)),
         (
@@ -171,6 +176,17 @@ pub async fn latencies(runtime: &Runtime) {
         (format!("sqlite://{}", path.display()), broker)
     })
     .await;
+    // The baseline: the same point on a broker that polls, as every SQLite
+    // host did before the wake-ups.
+    let path = dir.path().join("polling.db");
+    let polling: Arc<dyn Broker> = Arc::new(SqliteBroker::open_polling(&path).unwrap());
+    let reuse = Arc::new(super::load(runtime, "hello", InstanceMode::Reuse));
+    let url = format!("sqlite://{}", path.display());
+    let p = point(&url, polling, reuse, hello_spec(runtime)).await;
+    println!(
+        "latency sqlite   hello reuse  at {RATE:.0} msg/s, polling (no wake-ups, the baseline): p50 {:>6.2} ms  p99 {:>6.2} ms  p99.9 {:>6.2} ms  ({} messages)",
+        p.p50, p.p99, p.p999, p.count
+    );
     let redis = RedisProcess::start();
     on(runtime, "redis", async || {
         (redis.url.clone(), redis.fresh_broker().await)

@@ -109,3 +109,43 @@ fn an_idle_host_handles_a_message_sent_by_another_process_at_once() {
         std::fs::read_to_string(&log).unwrap()
     );
 }
+
+/// Context switches of every thread of process `pid` so far.
+fn switches(pid: u32) -> u64 {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status =
+            std::fs::read_to_string(task.unwrap().path().join("status")).unwrap_or_default();
+        total += status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches"))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    total
+}
+
+/// An idle host sleeps: no thread of it wakes in a loop. Its worker waits
+/// for a commit to wake it, and the engine's epoch ticker, which ticks
+/// every 5 ms while guest code runs, parks while none does: a ticker that
+/// kept ticking alone would switch 200 times a second.
+#[test]
+fn an_idle_host_is_not_woken_in_a_loop() {
+    let env = crate::support::Env::new();
+    env.deploy("hello", "hello", None);
+    let (rt, broker) = env.broker();
+    let log = env.dir.path().join("host.log");
+    let host = crate::support::Killed(env.spawn_run(&log));
+    env.send("hello", "first", &[]);
+    crate::support::wait_until(Duration::from_secs(60), "the first message", || {
+        rt.block_on(broker.queue_stats("hello")).unwrap().done == 1
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let before = switches(host.0.id());
+    std::thread::sleep(Duration::from_secs(3));
+    let per_second = (switches(host.0.id()) - before) / 3;
+    assert!(
+        per_second < 60,
+        "an idle host switched {per_second} times a second"
+    );
+}
