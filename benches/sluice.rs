@@ -18,7 +18,7 @@ use sluice::broker::{Broker, GroupSource, OrderedGroups, PgBroker, RedisBroker, 
 use sluice::testkit::config::{HandlerSpec, InstanceMode};
 use sluice::testkit::metrics::Metrics;
 use sluice::testkit::pause::Paused;
-use sluice::testkit::runtime::{Deadline, Handler, Invocation, Runtime};
+use sluice::testkit::runtime::{Deadline, Handler, Invocation, Ready, Runtime};
 use sluice::testkit::worker::{Dispatch, Observe, QueueWorker};
 use tokio::sync::watch;
 
@@ -37,6 +37,8 @@ mod lowload;
 mod postgres;
 #[path = "sluice/record.rs"]
 mod record;
+#[path = "sluice/scale.rs"]
+mod scale;
 #[path = "sluice/watchdog.rs"]
 mod watchdog;
 
@@ -81,7 +83,7 @@ usage: cargo bench --bench sluice -- [OPTIONS]
 
 /// The sections, in the order they run: what `--only` takes (`main` runs
 /// no other).
-const SECTIONS: [&str; 15] = [
+const SECTIONS: [&str; 16] = [
     "invoke",
     "cli",
     "trace",
@@ -90,6 +92,7 @@ const SECTIONS: [&str; 15] = [
     "batch",
     "latency",
     "wake",
+    "scale",
     "restart",
     "redis",
     "postgres",
@@ -511,7 +514,7 @@ struct NativeNoop;
 
 #[async_trait]
 impl Dispatch for NativeNoop {
-    async fn invoke(&self, _: &Delivery, _: &Deadline) -> Invocation {
+    async fn invoke(&self, _: Ready, _: &Delivery, _: &Deadline) -> Invocation {
         Invocation::ended(Ok(Outcome::Done), Vec::new())
     }
 
@@ -1146,6 +1149,7 @@ async fn bench_reload(rounds: usize) {
         broker_timeout: None,
         stall_after: None,
         exit_on_stall: false,
+        max_instances: None,
     };
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let host = tokio::spawn(sluice::run(broker.clone(), options, async move {
@@ -1294,6 +1298,9 @@ fn main() {
         }
         if run("wake") {
             lowload::wake(&runtime, args.messages / 2, args.rounds).await;
+        }
+        if run("scale") {
+            scale::bench().await;
         }
         if run("restart") {
             // The largest guest in guests/ (Python orders), and the Rust ones.

@@ -55,7 +55,7 @@ pub mod redrive {
 /// The engine and one loaded handler version.
 pub mod runtime {
     pub use crate::sandbox::runtime::{
-        Deadline, Failure, Handler, Invocation, Runtime, SPARES_PER_HANDLER,
+        Deadline, Failure, Handler, Invocation, Ready, Runtime, SPARES_PER_HANDLER,
     };
 }
 

@@ -207,7 +207,7 @@ const IDLE_WINDOW: Duration = Duration::from_secs(10);
 const SETTLE: Duration = Duration::from_secs(3);
 
 /// CPU seconds (user + system) process `pid` has used, from /proc.
-fn cpu_of(pid: u32) -> f64 {
+pub(super) fn cpu_of(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     // The fields after the command name, which is in parentheses.
     let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]

@@ -67,6 +67,7 @@ async fn drain(cache: &std::path::Path, stall_after: Option<Duration>) -> f64 {
         broker_timeout: None,
         stall_after,
         exit_on_stall: false,
+        max_instances: None,
     };
     let start = Instant::now();
     sluice::run(broker.clone(), options, std::future::pending())

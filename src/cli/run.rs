@@ -33,6 +33,7 @@ pub(crate) async fn run(ctx: &Context, args: RunArgs) -> Result<()> {
         .handlers
         .or_else(|| ctx.config.handlers.clone())
         .unwrap_or_else(|| PathBuf::from("handlers"));
+    let stopped = shutdown_signal();
     let broker = ctx.broker().await?;
     tracing::info!(broker = %ctx.broker_url, handlers = %handlers.display(), "sluice starting");
     let cache = cache_files(ctx);
@@ -57,13 +58,14 @@ pub(crate) async fn run(ctx: &Context, args: RunArgs) -> Result<()> {
             None => Some(DEFAULT_STALL_AFTER),
         },
         exit_on_stall: ctx.config.exit_on_stall.unwrap_or(false),
+        max_instances: ctx.config.max_instances,
         otlp_endpoint: ctx
             .config
             .otlp_endpoint
             .clone()
             .or_else(|| env(OTLP_ENDPOINT_ENV)),
     };
-    run_app(broker, options, shutdown_signal()).await
+    run_app(broker, options, stopped).await
 }
 
 /// The admin endpoint: `--admin`, else `admin` in sluice.toml, else the
@@ -106,12 +108,18 @@ pub(super) fn cache_files(ctx: &Context) -> Option<CacheFiles> {
     })
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is
+/// called, not when it is first awaited: a signal that comes while the
+/// host connects to its broker and loads its handlers is not lost, nor
+/// does it kill the host without its shutdown.
+fn shutdown_signal() -> impl Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    let mut int = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
+    async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
     }
 }

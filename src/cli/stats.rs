@@ -88,13 +88,14 @@ fn print_handlers(handlers: &[HandlerStatus]) {
     }
     outln!("");
     outln!(
-        "{:<20} {:<24} {:<20} {:<16} {:<20} {:<16} {:>8} {:>8}  LAST REFUSAL OR FAILURE",
+        "{:<20} {:<24} {:<20} {:<16} {:<20} {:<16} {:>14} {:>8} {:>8}  LAST REFUSAL OR FAILURE",
         "HANDLER",
         "HOST",
         "QUEUE",
         "VERSION",
         "WORLD",
         "LIMITS",
+        "INSTANCES",
         "REFUSALS",
         "RESTARTS"
     );
@@ -111,15 +112,45 @@ fn print_handlers(handlers: &[HandlerStatus]) {
             .as_deref()
             .map(|w| w.trim_start_matches("sluice:handler/"));
         outln!(
-            "{:<20} {:<24} {:<20} {:<16} {:<20} {:<16} {:>8} {:>8}  {last}",
+            "{:<20} {:<24} {:<20} {:<16} {:<20} {:<16} {:>14} {:>8} {:>8}  {last}",
             h.handler,
             h.host,
             h.queue.as_deref().unwrap_or("-"),
             h.version.as_deref().unwrap_or("(none)"),
             world.unwrap_or("-"),
             limits(h),
+            instances(h),
             h.refusals,
             h.worker_restarts,
+        );
+    }
+    print_pools(handlers);
+}
+
+/// A handler's instances as `held (floor-cap)`: `2 (1-16)`; `-` when its
+/// host did not say.
+fn instances(h: &HandlerStatus) -> String {
+    h.instances.map_or_else(
+        || "-".into(),
+        |i| format!("{} ({}-{})", i.held, i.floor, i.cap),
+    )
+}
+
+/// Each host's pool of instances: in use over every handler, of its
+/// `max_instances`.
+fn print_pools(handlers: &[HandlerStatus]) {
+    let mut pools: std::collections::BTreeMap<&str, crate::broker::PoolCounts> =
+        std::collections::BTreeMap::new();
+    for h in handlers {
+        if let Some(p) = h.pool {
+            pools.insert(&h.host, p);
+        }
+    }
+    for (host, p) in pools {
+        outln!(
+            "host {host}: {} of {} handler instances in use (max_instances)",
+            p.in_use,
+            p.max_instances
         );
     }
 }

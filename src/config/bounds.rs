@@ -18,8 +18,14 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 /// A year as durations are written (`1year`: 365.25 days).
 const YEAR: Duration = Duration::from_secs(31_557_600);
 
-/// Handler calls at once: the runtime's instance pool holds 1000.
+/// Handler calls at once.
 pub(crate) const CONCURRENCY: (usize, usize) = (1, 1000);
+/// Instances a handler keeps for itself out of the host's pool
+/// (`min_concurrency`); never more than its `concurrency`.
+pub(crate) const MIN_CONCURRENCY: (usize, usize) = (1, 1000);
+/// Handler instances in the host's pool (`max_instances`): each reserves
+/// about 8 GiB of address space, so 4,096 take 32 of a process's 128 TiB.
+pub(crate) const MAX_INSTANCES: (usize, usize) = (16, 4096);
 /// Messages leased ahead of the calls.
 pub(crate) const PREFETCH: (usize, usize) = (1, 100_000);
 /// A queue's messages leased at once across every host (`max_in_flight`).

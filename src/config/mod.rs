@@ -48,6 +48,9 @@ pub struct HostConfig {
     /// Exit non-zero when a queue stalls, for a supervisor to restart the
     /// host (default false).
     pub(crate) exit_on_stall: Option<bool>,
+    /// Handler instances the host runs at once, over every handler
+    /// (default: one per 16 MiB of memory, 1,000 to 4,096).
+    pub(crate) max_instances: Option<usize>,
     /// Cap on payload plus headers of one message.
     pub(crate) max_message_size: Option<Size>,
     /// `text` (default) or `json`.
@@ -132,6 +135,9 @@ impl HostConfig {
                 "exit_on_stall = true needs the stall watchdog, but stall_after = \"off\"; set stall_after to a duration (1s to 1h) or drop exit_on_stall"
             );
         }
+        if let Some(n) = self.max_instances {
+            bounds::check("max_instances", n, bounds::MAX_INSTANCES)?;
+        }
         if let Some(size) = self.max_message_size {
             bounds::check_size("max_message_size", size.0, bounds::MESSAGE_SIZE)?;
         }
@@ -213,6 +219,7 @@ struct RawHandler {
     instance_mode: Option<InstanceMode>,
     max_messages_per_instance: Option<u32>,
     concurrency: Option<usize>,
+    min_concurrency: Option<usize>,
     prefetch: Option<usize>,
     max_in_flight: Option<u32>,
     rate: Option<String>,
@@ -304,8 +311,12 @@ pub struct HandlerSpec {
     pub instance_mode: InstanceMode,
     /// Messages one warm instance handles before it is replaced (`reuse`).
     pub max_messages_per_instance: u32,
-    /// Handler calls running at once.
+    /// Handler calls running at once, at most.
     pub concurrency: usize,
+    /// Instances of the host's pool kept for this handler alone
+    /// (`min_concurrency`, default 1): however busy the others are, it can
+    /// always run this many calls at once.
+    pub min_concurrency: usize,
     /// Messages leased ahead of the calls.
     pub prefetch: usize,
     /// Limits of the queue across every host (`max_in_flight`, `rate`).
@@ -395,6 +406,7 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         raw.concurrency.unwrap_or(16),
         bounds::CONCURRENCY,
     )?;
+    let min_concurrency = resolve_min_concurrency(raw.min_concurrency, concurrency)?;
     let (prefetch, batch) =
         resolve_batch(raw.batch_size, raw.prefetch, raw.batch_wait, concurrency)?;
     let flow = resolve_flow(raw.max_in_flight, raw.rate.as_deref())?;
@@ -419,6 +431,7 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         instance_mode: raw.instance_mode.unwrap_or_default(),
         max_messages_per_instance,
         concurrency,
+        min_concurrency,
         prefetch,
         flow,
         ordering: ordering::resolve(raw.ordering)?,
@@ -436,6 +449,20 @@ fn resolve(name: &str, raw: RawHandler) -> Result<HandlerSpec> {
         subscriptions: subscriptions::resolve(raw.subscribe)?,
         schedules: schedules::resolve(raw.schedule)?,
     })
+}
+
+/// `min_concurrency`, checked: at most `concurrency`.
+fn resolve_min_concurrency(min: Option<usize>, concurrency: usize) -> Result<usize> {
+    let Some(min) = min else {
+        return Ok(1);
+    };
+    let min = bounds::check("min_concurrency", min, bounds::MIN_CONCURRENCY)?;
+    if min > concurrency {
+        bail!(
+            "field `min_concurrency` ({min}) is more than `concurrency` ({concurrency}): a handler never keeps more instances than it runs calls; lower `min_concurrency` or raise `concurrency`"
+        );
+    }
+    Ok(min)
 }
 
 /// `prefetch` and the batch's size and wait, checked against each other:

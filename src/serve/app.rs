@@ -64,6 +64,9 @@ pub struct RunOptions {
     pub stall_after: Option<Duration>,
     /// Exit with an error when a queue stalls.
     pub exit_on_stall: bool,
+    /// Handler instances the host runs at once, over every handler; `None`:
+    /// the default for this machine's memory.
+    pub max_instances: Option<usize>,
 }
 
 /// Where the admin endpoint listens, and the token it asks for.
@@ -178,7 +181,10 @@ async fn watch_stalls(
 
 /// The loader of handler files: a new engine, the compiled cache.
 fn loader(options: &RunOptions) -> Result<Loader> {
-    let runtime = Runtime::new()?;
+    let runtime = match options.max_instances {
+        Some(n) => Runtime::with_max_instances(n)?,
+        None => Runtime::new()?,
+    };
     let cache = match &options.cache {
         Some(files) => CompileCache::on_disk(&runtime, files, &options.handlers)?,
         None => CompileCache::in_memory(&runtime),
@@ -313,7 +319,7 @@ async fn stop(broker: &dyn Broker, registry: &Registry, host: &str, options: &Ru
 async fn report_loop(broker: &dyn Broker, registry: &Registry, host: &str) {
     loop {
         tokio::time::sleep(STATUS_EVERY).await;
-        bind::bind_all(broker, &registry.serving().await).await;
+        bind::rebind_all(broker, &registry.serving().await).await;
         report(broker, registry, host).await;
     }
 }

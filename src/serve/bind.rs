@@ -52,6 +52,18 @@ pub(crate) async fn bind_all(store: &dyn Broker, specs: &[HandlerSpec]) {
     }
 }
 
+/// Bind again, as [`bind_all`], the specs that declare something the
+/// broker may have lost (bindings, an ordering). One that declares neither
+/// was bound to nothing when it loaded, and nothing can be lost of that:
+/// a host serving a thousand plain handlers makes no calls for them here.
+pub(crate) async fn rebind_all(store: &dyn Broker, specs: &[HandlerSpec]) {
+    for spec in specs {
+        if !spec.subscriptions.is_empty() || spec.ordering.is_some() {
+            bind(store, spec).await;
+        }
+    }
+}
+
 /// Bind the topics of the handlers `names` in `dir` from their sidecars
 /// alone, before any of them serves: a handler that publishes to a topic
 /// must not start before the handlers that subscribe to it are bound,

@@ -20,12 +20,12 @@ use tokio::task::JoinHandle;
 
 use crate::base::schedule::Schedule;
 use crate::base::trace::Exporter;
-use crate::broker::{Broker, HandlerStatus};
+use crate::broker::{Broker, HandlerStatus, InstanceCounts, PoolCounts};
 use crate::config::HandlerSpec;
 use crate::error::chain;
 use crate::policy::RedrivePolicy;
 use crate::sandbox::loader::Loader;
-use crate::sandbox::runtime::{Handler, POOL_INSTANCES};
+use crate::sandbox::runtime::Handler;
 use crate::serve::bind;
 use crate::serve::metrics::Metrics;
 use crate::serve::pause::PauseBoard;
@@ -133,6 +133,11 @@ impl Registry {
         self.loader.runtime().instances_in_use()
     }
 
+    /// Handler instances the host runs at once, over every handler.
+    pub(crate) fn max_instances(&self) -> usize {
+        self.loader.runtime().max_instances()
+    }
+
     /// Spare fresh instances ready or being made, over every handler.
     pub(crate) fn spare_instances(&self) -> usize {
         self.loader.runtime().spare_instances()
@@ -158,7 +163,8 @@ impl Registry {
             Err(reason) => return self.refuse(name, &wasm, reason).await,
         };
         // A handler refused for its queue must not bind topics to it.
-        let taken = cannot_serve(&*self.state.lock().await, name, &handler.spec);
+        let pool = self.max_instances();
+        let taken = cannot_serve(&*self.state.lock().await, name, &handler.spec, pool);
         if let Some(reason) = taken {
             return self.refuse(name, &wasm, reason).await;
         }
@@ -190,8 +196,9 @@ impl Registry {
     /// Serve `name` with `handler` from now on, unless another handler took
     /// its queue meanwhile or the same version and spec serve already.
     async fn swap(&self, name: &str, wasm: &Path, handler: Handler) {
+        let pool = self.max_instances();
         let mut state = self.state.lock().await;
-        if let Some(reason) = cannot_serve(&state, name, &handler.spec) {
+        if let Some(reason) = cannot_serve(&state, name, &handler.spec, pool) {
             drop(state);
             return self.refuse(name, wasm, reason).await;
         }
@@ -330,6 +337,11 @@ impl Registry {
     /// Every handler the host knows, serving or refused, as `host` reports
     /// it at `now_ms`.
     pub(crate) async fn statuses(&self, host: &str, now_ms: u64) -> Vec<HandlerStatus> {
+        let budget = self.loader.runtime().budget().clone();
+        let pool = PoolCounts {
+            in_use: budget.held() as u64,
+            max_instances: budget.total() as u64,
+        };
         let state = self.state.lock().await;
         let mut out: BTreeMap<&str, HandlerStatus> = BTreeMap::new();
         let status = |name: &str| HandlerStatus {
@@ -346,6 +358,8 @@ impl Registry {
             rate: None,
             schedules: Vec::new(),
             world: None,
+            instances: None,
+            pool: Some(pool),
             updated_at_ms: now_ms,
         };
         for (name, r) in &state.running {
@@ -360,6 +374,11 @@ impl Registry {
             s.max_in_flight = spec.flow.max_in_flight;
             s.rate = spec.flow.rate.map(|r| r.to_string());
             s.schedules = spec.schedules.iter().map(Schedule::spec).collect();
+            s.instances = Some(InstanceCounts {
+                held: budget.held_by(name) as u64,
+                floor: spec.min_concurrency as u64,
+                cap: spec.concurrency as u64,
+            });
         }
         for (name, refused) in &state.refused {
             let s = out.entry(name).or_insert_with(|| status(name));
@@ -422,28 +441,31 @@ impl Registry {
 
 fn retire(state: &mut State, old: Running) {
     let _ = old.stop.send(true);
+    old.handler.retire();
     state.retired.retain(|r| !r.task.is_finished());
     state.retired.push(old);
 }
 
 /// Why handler `name` cannot serve with `spec` beside the others: another
-/// handler serves its queue, or the engine's pool has no room for its
-/// `concurrency`.
-fn cannot_serve(state: &State, name: &str, spec: &HandlerSpec) -> Option<String> {
-    queue_taken(state, name, &spec.queue).or_else(|| pool_short(state, name, spec.concurrency))
+/// handler serves its queue, or the host's pool of `pool` instances has no
+/// room for its floor.
+fn cannot_serve(state: &State, name: &str, spec: &HandlerSpec, pool: usize) -> Option<String> {
+    queue_taken(state, name, &spec.queue).or_else(|| pool_short(state, name, spec, pool))
 }
 
-/// Why the pool cannot hold `concurrency` more instances for handler `name`
-/// (which gives back what its running version holds).
-fn pool_short(state: &State, name: &str, concurrency: usize) -> Option<String> {
+/// Why the pool of `pool` instances cannot keep `spec.min_concurrency`
+/// for handler `name` (which gives back what its running version keeps)
+/// beside the floors of the others.
+fn pool_short(state: &State, name: &str, spec: &HandlerSpec, pool: usize) -> Option<String> {
+    let floor = spec.min_concurrency;
     let others: Vec<(&String, usize)> = state
         .running
         .iter()
         .filter(|(n, _)| n.as_str() != name)
-        .map(|(n, r)| (n, r.handler.spec.concurrency))
+        .map(|(n, r)| (n, r.handler.spec.min_concurrency))
         .collect();
     let taken: usize = others.iter().map(|(_, c)| c).sum();
-    if taken + concurrency <= POOL_INSTANCES {
+    if taken + floor <= pool {
         return None;
     }
     let mut biggest = others;
@@ -454,7 +476,8 @@ fn pool_short(state: &State, name: &str, concurrency: usize) -> Option<String> {
         .map(|(n, c)| format!("{n} {c}"))
         .collect();
     Some(format!(
-        "its `concurrency` of {concurrency} does not fit: the host runs at most {POOL_INSTANCES} handler instances at once, and the other handlers take {taken} ({}); lower `concurrency` in {name}.toml or in theirs",
+        "its `min_concurrency` of {floor} does not fit: the host runs at most {pool} handler instances at once (`max_instances` in sluice.toml), and the other {} handlers keep {taken} for themselves ({}); raise `max_instances`, or lower `min_concurrency` in {name}.toml or in theirs",
+        biggest.len(),
         list.join(", ")
     ))
 }

@@ -17,11 +17,15 @@
 //!   `block_on_dead`) dead, so no group holds the ready ones back.
 //!
 //! Work moved when a receive leased something, or a settle or a lease
-//! extension succeeded ([`crate::serve::worker::Progress`]). The watchdog reads
-//! those marks, and the broker's counts (one stats call, bounded by
-//! `broker_timeout`), every `stall_after / 4`. When the broker does not
-//! answer, it judges by the last counts it gave: a queue that had ready
-//! messages then still has them.
+//! extension succeeded ([`crate::serve::worker::Progress`]). A worker that
+//! holds nothing and waits for work (its last receive found none, and its
+//! broker's idle wait has not run past its longest) has nothing it could
+//! take. The watchdog reads those marks every `stall_after / 4`, and the
+//! broker's counts of the queues not waiting for work (one call each, or
+//! one stats call of every queue when they are many; bounded by
+//! `broker_timeout`). When the broker does not answer, it judges by the
+//! last counts it gave: a queue that had ready messages then still has
+//! them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -58,14 +62,23 @@ pub(crate) async fn run(
     let tick = (settings.stall_after / 4).clamp(Duration::from_millis(250), Duration::from_secs(5));
     // Judged stalled at the last tick: a queue is reported at its second.
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
-    let mut counts: Option<Vec<QueueStats>> = None;
+    let mut counts: BTreeMap<String, QueueStats> = BTreeMap::new();
     loop {
         tokio::time::sleep(tick).await;
-        if let Ok(Ok(all)) = tokio::time::timeout(settings.broker_timeout, broker.stats()).await {
-            counts = Some(all);
-        }
         let watched = registry.watched().await;
-        let now = judge_all(counts.as_deref(), &watched, &settings);
+        // Counts are read of the queues not waiting for work: a host whose
+        // queues are all idle asks the broker nothing here.
+        let busy: Vec<&str> = (watched.iter())
+            .filter(|w| !waits_for_work(w, &settings))
+            .map(|w| w.queue.as_str())
+            .collect();
+        if !busy.is_empty() {
+            let read = read_counts(&*broker, &busy);
+            if let Ok(Ok(read)) = tokio::time::timeout(settings.broker_timeout, read).await {
+                counts.extend(read.into_iter().map(|s| (s.queue.clone(), s)));
+            }
+        }
+        let now = judge_all(&counts, &watched, &settings);
         let confirmed: BTreeMap<String, String> = now
             .iter()
             .filter(|(q, _)| seen.contains_key(*q))
@@ -101,33 +114,60 @@ fn report(before: &BTreeMap<String, String>, now: &BTreeMap<String, String>, aft
     }
 }
 
+/// Queues (of many) whose counts are read with one stats call of every
+/// queue rather than one call each.
+const COUNTS_ONE_BY_ONE: usize = 32;
+
+/// The counts of `queues`: one call each, or one stats call of every queue
+/// when they are many.
+async fn read_counts(broker: &dyn Broker, queues: &[&str]) -> crate::broker::Result<Vec<QueueStats>> {
+    if queues.len() > COUNTS_ONE_BY_ONE {
+        return broker.stats().await;
+    }
+    let mut out = Vec::with_capacity(queues.len());
+    for q in queues {
+        out.push(broker.queue_stats(q).await?);
+    }
+    Ok(out)
+}
+
 /// Each watched queue judged stalled now, with what it waits on, by the
-/// broker's last `counts`.
+/// broker's last `counts` of it.
 fn judge_all(
-    counts: Option<&[QueueStats]>,
+    counts: &BTreeMap<String, QueueStats>,
     watched: &[Watched],
     settings: &WatchSettings,
 ) -> BTreeMap<String, String> {
-    let suspects: Vec<&Watched> = watched
-        .iter()
-        // A batch handler's caller may hold deliveries for `batch_wait`.
-        .filter(|w| {
-            !w.paused && w.stats.progress.still_for() >= settings.stall_after + w.spec.batch.wait
-        })
-        .collect();
+    let suspects: Vec<&Watched> = watched.iter().filter(|w| suspect(w, settings)).collect();
     let mut stalled = BTreeMap::new();
     for w in suspects {
-        let count = counts.map(|all| {
-            all.iter()
-                .find(|s| s.queue == w.queue)
-                .cloned()
-                .unwrap_or_else(|| QueueStats::empty(&w.queue))
-        });
-        if could_move(w, count.as_ref(), settings.stall_after) {
+        if could_move(w, counts.get(&w.queue), settings.stall_after) {
             stalled.insert(w.queue.clone(), w.stats.progress.waiting_on());
         }
     }
     stalled
+}
+
+/// Whether `w` has not moved for `stall_after`, unpaused, and does not
+/// wait for work as a worker should: one whose last receive found nothing
+/// and whose broker's idle wait has not run past its longest
+/// ([`IDLE_MOST`](crate::broker::IDLE_MOST), and the bound on the look it
+/// takes) has nothing it could take. A batch handler's caller may hold
+/// deliveries for `batch_wait`.
+fn suspect(w: &Watched, settings: &WatchSettings) -> bool {
+    !w.paused
+        && !waits_for_work(w, settings)
+        && w.stats.progress.still_for() >= settings.stall_after + w.spec.batch.wait
+}
+
+/// Whether `w`'s worker holds nothing and waits for work, within the
+/// longest its broker's idle wait takes.
+fn waits_for_work(w: &Watched, settings: &WatchSettings) -> bool {
+    w.stats
+        .progress
+        .idle_for()
+        .is_some_and(|idle| idle < crate::broker::IDLE_MOST + settings.broker_timeout)
+        && w.stats.in_flight.load(Ordering::Relaxed) == 0
 }
 
 /// Whether `w`'s work could move now (see the module); `count`: the

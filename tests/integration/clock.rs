@@ -102,6 +102,7 @@ impl Host {
             broker_timeout: None,
             stall_after: None,
             exit_on_stall: false,
+            max_instances: None,
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(sluice::testkit::app::run_with_clock(

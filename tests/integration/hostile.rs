@@ -126,78 +126,110 @@ fn a_guest_waiting_in_the_host_is_timed_out_too() {
     assert_eq!(dead[0]["last_error"], "timeout: timed out after 300ms");
 }
 
-/// A handler's `concurrency` is reserved in the engine's pool: one that
-/// does not fit beside the others is refused with why, and a busy handler
-/// never takes the instances another needs. While a swapped-out version
-/// still holds its instances, a message that finds none free goes back
-/// without spending an attempt: `hello`, with one attempt, never dies.
+/// The host's pool is shared: each handler keeps its floor
+/// (`min_concurrency`, 1 by default) and the rest goes to whoever needs it,
+/// up to each one's `concurrency`. In a pool of 16, a flooded `sleepy`
+/// (concurrency 1000) runs 15 calls at once and no more: `hello` still has
+/// its floor and finishes while sleepy's backlog stands. A floor that does
+/// not fit beside the others is refused with why. Waiting for an instance,
+/// through a swap of sleepy's version while its calls sleep, never spends
+/// an attempt: `hello` and sleepy, with one attempt each, never die.
 #[test]
-fn a_busy_handler_cannot_take_another_handlers_instances() {
+fn a_busy_handler_cannot_take_another_handlers_floor() {
     use std::time::Duration;
 
     use sluice::broker::message::NewMessage;
 
     let env = Env::new();
+    std::fs::write(
+        env.dir.path().join("sluice.toml"),
+        "max_instances = 16
+",
+    )
+    .unwrap();
     env.deploy("hello", "hello", Some("[retry]\nmax_attempts = 1\n"));
-    let sleepy = |concurrency: usize, sleep_ms: u64| {
+    let sleepy = |sleep_ms: u64| {
         format!(
-            "concurrency = {concurrency}\nprefetch = {concurrency}\n[limits]\ntimeout = \"30s\"\n[config]\nsleep_ms = {sleep_ms}\n"
+            "concurrency = 1000\nprefetch = 1000\n[limits]\ntimeout = \"30s\"\n[retry]\nmax_attempts = 1\n[config]\nsleep_ms = {sleep_ms}\n"
         )
     };
-    // 16 for hello and 1000 for sleepy do not fit in 1000.
-    env.deploy("sleepy", "sleepy", Some(&sleepy(1000, 10)));
-    env.send("hello", "before", &[]);
-    let log = env.run_until_idle();
-    assert!(
-        lines_with(&log, "sleepy.wasm")
-            .iter()
-            .any(|l| l.contains("handler refused")
-                && l.contains("`concurrency` of 1000 does not fit")),
-        "{log}"
+    env.deploy("sleepy", "sleepy", Some(&sleepy(3000)));
+    // Floors of 1 + 1 + 15 do not fit in 16; the last to load is refused.
+    env.deploy(
+        "hello",
+        "zealous",
+        Some("concurrency = 15\nmin_concurrency = 15\n"),
     );
-    assert_eq!(env.count("hello", "done"), 1, "{log}");
-
-    // 16 and 984 fit. Swap sleepy while its 984 instances sleep: the new
-    // version and hello find the pool full until the old calls end.
-    std::fs::write(env.handlers.join("sleepy.toml"), sleepy(984, 1500)).unwrap();
     let log_path = env.dir.path().join("run.log");
     let mut host = env.spawn_run(&log_path);
     let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    crate::support::wait_until(Duration::from_secs(30), "both serving", || {
-        lines_with(&read_log(), "handler serving").len() == 2
+    crate::support::wait_until(Duration::from_secs(30), "two serving, one refused", || {
+        let log = read_log();
+        lines_with(&log, "handler serving").len() == 2 && log.contains("handler refused")
     });
+    let log = read_log();
+    assert!(
+        lines_with(&log, "zealous.wasm")
+            .iter()
+            .any(|l| l.contains("handler refused")
+                && l.contains("`min_concurrency` of 15 does not fit")
+                && l.contains("max_instances")),
+        "{log}"
+    );
     env.publish(
-        (0..1500)
+        (0..60)
             .map(|i| NewMessage::new("sleepy", i.to_string()))
             .collect(),
     );
     crate::support::wait_until(Duration::from_secs(30), "sleepy busy", || {
-        env.count("sleepy", "in_flight") >= 984
+        env.count("sleepy", "in_flight") >= 15
     });
-    std::fs::write(env.handlers.join("sleepy.toml"), sleepy(984, 1000)).unwrap();
+    // Sleepy's calls take 3 s each, 15 at a time: its backlog stands for
+    // 12 s. Hello, with the one instance kept for it, is done long before.
+    std::fs::write(env.handlers.join("sleepy.toml"), sleepy(2000)).unwrap();
     env.publish(
         (0..20)
             .map(|i| NewMessage::new("hello", i.to_string()))
             .collect(),
     );
-    crate::support::wait_until(Duration::from_secs(90), "everything done", || {
-        env.count("hello", "done") == 21 && env.count("sleepy", "done") == 1500
+    let sent = std::time::Instant::now();
+    crate::support::wait_until(Duration::from_secs(60), "hello done", || {
+        env.count("hello", "done") == 20
+    });
+    let sleepy_left = env.count("sleepy", "ready") + env.count("sleepy", "in_flight");
+    assert!(
+        sleepy_left > 0,
+        "sleepy's backlog was gone in {:?} before hello finished: the test proved nothing",
+        sent.elapsed()
+    );
+    // The host reported its pool when sleepy's sidecar changed, its old
+    // version's calls still running.
+    let statuses = env.sluice(&["--json", "stats", "--handlers"]);
+    let sleepy_status: serde_json::Value = statuses
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|h| h["handler"] == "sleepy")
+        .expect("sleepy reported");
+    let instances = &sleepy_status["instances"];
+    assert_eq!(instances["floor"], 1, "{sleepy_status}");
+    assert_eq!(instances["cap"], 1000, "{sleepy_status}");
+    assert!(
+        instances["held"].as_u64().unwrap() <= 15,
+        "sleepy took hello's floor: {sleepy_status}"
+    );
+    assert_eq!(
+        sleepy_status["pool"]["max_instances"], 16,
+        "{sleepy_status}"
+    );
+    crate::support::wait_until(Duration::from_secs(90), "sleepy done", || {
+        env.count("sleepy", "done") == 60
     });
     host.kill().unwrap();
     host.wait().unwrap();
     let log = read_log();
     assert_eq!(env.count("hello", "dead"), 0, "{log}");
     assert_eq!(env.count("sleepy", "dead"), 0, "{log}");
-    let full = lines_with(&log, "maximum concurrent limit");
-    assert!(
-        full.iter()
-            .any(|l| l.contains("goes back without spending an attempt")),
-        "the swap never found the pool full: the test proved nothing"
-    );
-    let failed: Vec<&&str> = full
-        .iter()
-        .filter(|l| l.contains("attempt failed"))
-        .collect();
+    let failed = lines_with(&log, "attempt failed");
     assert!(
         failed.is_empty(),
         "attempts failed for want of an instance: {failed:#?}"

@@ -77,6 +77,7 @@ mod invoke;
 mod kv;
 mod languages;
 mod layout;
+mod many;
 mod outcomes;
 mod overlap;
 mod pg_dead;

@@ -226,6 +226,8 @@ fn status(host: &str, handler: &str, version: &str) -> HandlerStatus {
         rate: Some("200/s".into()),
         schedules: vec![],
         world: None,
+        instances: None,
+        pool: None,
         updated_at_ms: 1,
     }
 }

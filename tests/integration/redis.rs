@@ -77,6 +77,10 @@ fn held_publishes_of_a_queue_no_host_serves_are_relayed() {
     env.deploy("hello", "hello", None);
     let log = env.dir.path().join("run.log");
     let host = env.spawn_run(&log);
+    // Stopped once it serves (its signal handlers are in place by then).
+    wait_until(Duration::from_secs(10), "hello serving", || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("handler serving"))
+    });
     wait_until(Duration::from_secs(10), "the follow-up in shipping", || {
         env.count("shipping", "ready") == 1
     });

@@ -131,6 +131,15 @@ mod tests {
                 catch_up: "one".into(),
             }],
             world: Some("sluice:handler/handler@0.2.0".into()),
+            instances: Some(crate::InstanceCounts {
+                held: 2,
+                floor: 1,
+                cap: 16,
+            }),
+            pool: Some(crate::PoolCounts {
+                in_use: 40,
+                max_instances: 1000,
+            }),
             updated_at_ms: 7,
         };
         assert_eq!(decode_status(encode_status(&s).as_bytes()), Some(s.clone()));

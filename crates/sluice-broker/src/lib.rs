@@ -113,12 +113,12 @@ pub use dead::{DeadLetter, DeadLetters, ReplaySelector};
 pub use error::{BrokerError, Result};
 pub use kv::{KvStore, MemoryEntry, MemoryKv};
 pub use presence::{
-    HandlerStatus, PAUSE_POLL, Presence, QueueStats, STATUS_EVERY, STATUS_STALE, ScheduleSpec,
-    fresh_statuses,
+    HandlerStatus, InstanceCounts, PAUSE_POLL, PoolCounts, Presence, QueueStats, STATUS_EVERY,
+    STATUS_STALE, ScheduleSpec, fresh_statuses,
 };
 pub use queue::{
-    ClaimState, Flow, GroupSource, KeyClaim, KeyOf, Lease, OrderedGroups, Queue, Rate, Received,
-    Settlement, claim_all, claims_of,
+    ClaimState, Flow, GroupSource, IDLE_MOST, KeyClaim, KeyOf, Lease, OrderedGroups, Queue, Rate,
+    Received, Settlement, claim_all, claims_of,
 };
 pub use schedules::{LastTick, Schedules, Tick};
 #[cfg(feature = "sqlite")]

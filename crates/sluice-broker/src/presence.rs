@@ -119,8 +119,35 @@ pub struct HandlerStatus {
     /// `sluice:handler/handler@0.2.0`.
     #[serde(default)]
     pub world: Option<String>,
+    /// The handler's instances in the host's pool: what it holds now, its
+    /// floor and its cap.
+    #[serde(default)]
+    pub instances: Option<InstanceCounts>,
+    /// The host's pool, over every handler it serves.
+    #[serde(default)]
+    pub pool: Option<PoolCounts>,
     /// When the host wrote this, in milliseconds since the Unix epoch.
     pub updated_at_ms: u64,
+}
+
+/// One handler's instances in its host's pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceCounts {
+    /// Alive now, in a call or warm between calls.
+    pub held: u64,
+    /// Kept for it alone (`min_concurrency`).
+    pub floor: u64,
+    /// The most it runs at once (`concurrency`).
+    pub cap: u64,
+}
+
+/// A host's pool of handler instances.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolCounts {
+    /// Held now, over every handler.
+    pub in_use: u64,
+    /// Its size (`max_instances`).
+    pub max_instances: u64,
 }
 
 /// A cron schedule as a host reports it: enough for a reader to say when

@@ -192,7 +192,9 @@ async fn call(handler: &Handler, deliveries: &[Delivery]) -> Call {
     let deadline = Deadline::new(handler.spec.timeout, handler.spec.max_extend);
     let started = Instant::now();
     if handler.world().is_batch() {
-        let done = handler.invoke_batch(deliveries, &deadline).await;
+        let done = handler
+            .invoke_batch(Default::default(), deliveries, &deadline)
+            .await;
         return Call {
             took: started.elapsed(),
             memory: done.memory,

@@ -2,11 +2,13 @@
 //! `reuse` mode, its warm instances. `invoke` runs one delivery, and
 //! `invoke_batch` a batch, and says how it ended; neither fails the host.
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use wasmtime::{Store, WasmBacktrace};
 
+use super::budget::{Account, Shed, Unit};
 use super::instances::{Maker, Spares, Unmade, Warm};
 use super::limits::{TimedOut, by_deadline};
 use super::world::{Answer, Instance, Pre, World};
@@ -93,6 +95,17 @@ pub struct BatchInvocation {
     pub(crate) memory: u64,
 }
 
+/// What a call may start on, once [`Handler::ready`] found it: a warm
+/// instance, or a place in the host's pool for a new one. Empty, the call
+/// finds its own when it starts.
+#[derive(Default)]
+pub struct Ready(Option<Slot>);
+
+enum Slot {
+    Warm(Warm),
+    Unit(Unit),
+}
+
 /// How a call on an instance ended.
 struct Called {
     result: Result<Answer, Failure>,
@@ -112,6 +125,11 @@ pub struct Handler {
     maker: Maker,
     warm: Mutex<Vec<Warm>>,
     spares: Spares,
+    /// Its share of the host's pool of instances.
+    account: Account,
+    /// Set when another version replaced it, or it was unloaded: its warm
+    /// instances are dropped rather than kept.
+    retired: AtomicBool,
 }
 
 impl Handler {
@@ -140,6 +158,9 @@ impl Handler {
             InstanceMode::Fresh => spec.concurrency,
             InstanceMode::Reuse => 0,
         };
+        let account = runtime
+            .budget()
+            .account(&spec.name, spec.min_concurrency, spec.concurrency);
         Handler {
             maker: Maker {
                 runtime: runtime.clone(),
@@ -152,6 +173,8 @@ impl Handler {
             version,
             warm: Mutex::new(Vec::new()),
             spares: Spares::new(spares),
+            account,
+            retired: AtomicBool::new(false),
         }
     }
 
@@ -161,8 +184,11 @@ impl Handler {
     }
 
     /// Make spare fresh instances (`fresh` mode) in a task, so that the
-    /// first messages find them ready.
+    /// first messages find them ready; and let the host's pool ask it to
+    /// drop idle warm instances another handler needs.
     pub fn prepare(self: &Arc<Self>) {
+        let keeper: Weak<dyn Shed> = Arc::downgrade(self) as Weak<dyn Shed>;
+        self.maker.runtime.budget().keep_watch(keeper);
         if self.spec.instance_mode == InstanceMode::Fresh
             && let Ok(tokio) = tokio::runtime::Handle::try_current()
         {
@@ -207,11 +233,61 @@ impl Handler {
         self
     }
 
+    /// Stop keeping instances: another version serves now, or none. Its
+    /// warm and spare instances are dropped, and so are those its calls in
+    /// flight end on.
+    pub(crate) fn retire(&self) {
+        self.retired.store(true, Ordering::SeqCst);
+        self.spares.stop();
+        let warm = std::mem::take(&mut *self.warm.lock().expect("warm pool lock"));
+        drop(warm);
+    }
+
+    /// Wait until a call may start now: a warm instance is free, or the
+    /// host's pool has room for one more of this handler's (its floor, or
+    /// a shared place up to its `concurrency`). Waiting spends nothing of
+    /// the call's time: its deadline starts after.
+    pub async fn ready(&self) -> Ready {
+        if let Some(warm) = self.pop_warm() {
+            return Ready(Some(Slot::Warm(warm)));
+        }
+        Ready(Some(Slot::Unit(self.account.unit().await)))
+    }
+
+    /// A warm instance, if one waits (`reuse` mode).
+    fn pop_warm(&self) -> Option<Warm> {
+        match self.spec.instance_mode {
+            InstanceMode::Reuse => self.warm.lock().expect("warm pool lock").pop(),
+            InstanceMode::Fresh => None,
+        }
+    }
+
+    /// Keep `used` warm for the next call, unless the version retired.
+    fn keep_warm(&self, used: Warm) {
+        let mut warm = self.warm.lock().expect("warm pool lock");
+        if !self.retired.load(Ordering::SeqCst) {
+            warm.push(used);
+        }
+    }
+
     /// Run the handler for one delivery, by `deadline` (which counts from
     /// before the instance is made: making a fresh one may run the guest's
-    /// start code). A batch handler gets a batch of one.
+    /// start code), once an instance is free for it. A batch handler gets a
+    /// batch of one.
     pub async fn invoke(&self, delivery: &Delivery, deadline: &Deadline) -> Invocation {
-        let called = self.run(std::slice::from_ref(delivery), deadline).await;
+        self.invoke_on(Ready::default(), delivery, deadline).await
+    }
+
+    /// [`Handler::invoke`] on what [`Handler::ready`] found.
+    pub async fn invoke_on(
+        &self,
+        ready: Ready,
+        delivery: &Delivery,
+        deadline: &Deadline,
+    ) -> Invocation {
+        let called = self
+            .run(ready, std::slice::from_ref(delivery), deadline)
+            .await;
         let result = match called.result {
             Ok(Answer::One(outcome)) => Ok(outcome),
             Ok(Answer::Many(outcomes)) => one_each(outcomes, 1).map(|mut o| o.remove(0)),
@@ -225,14 +301,16 @@ impl Handler {
         }
     }
 
-    /// Run a batch handler for `deliveries` in one call, by `deadline`. A
-    /// list of outcomes of another length fails the whole call, as a trap.
+    /// Run a batch handler for `deliveries` in one call, by `deadline`, on
+    /// what [`Handler::ready`] found. A list of outcomes of another length
+    /// fails the whole call, as a trap.
     pub async fn invoke_batch(
         &self,
+        ready: Ready,
         deliveries: &[Delivery],
         deadline: &Deadline,
     ) -> BatchInvocation {
-        let called = self.run(deliveries, deadline).await;
+        let called = self.run(ready, deliveries, deadline).await;
         let result = match called.result {
             Ok(Answer::Many(outcomes)) => one_each(outcomes, deliveries.len()),
             Ok(Answer::One(outcome)) => one_each(vec![outcome], deliveries.len()),
@@ -247,18 +325,23 @@ impl Handler {
     }
 
     /// Call the handler for `deliveries` on a warm instance, a spare fresh
-    /// one, or one made now.
-    async fn run(&self, deliveries: &[Delivery], deadline: &Deadline) -> Called {
+    /// one, or one made now, in the place `ready` holds in the host's pool
+    /// (waiting for one first when it holds none).
+    async fn run(&self, ready: Ready, deliveries: &[Delivery], deadline: &Deadline) -> Called {
+        let slot = match ready.0 {
+            Some(slot) => slot,
+            None => self.ready().await.0.expect("ready finds a slot"),
+        };
+        let unit = match slot {
+            Slot::Warm(warm) => return self.call_on(warm, None, deliveries, deadline).await,
+            Slot::Unit(unit) => unit,
+        };
+        // A warm instance may have come back while the call waited.
         let ready = match self.spec.instance_mode {
-            InstanceMode::Reuse => self
-                .warm
-                .lock()
-                .expect("warm pool lock")
-                .pop()
-                .map(|w| (w, None)),
+            InstanceMode::Reuse => self.pop_warm().map(|w| (w, None)),
             InstanceMode::Fresh => self.spares.take().map(|s| (s.warm, Some(s.took))),
         };
-        let (warm, instantiate) = match ready {
+        let (mut warm, instantiate) = match ready {
             Some(ready) => ready,
             None => {
                 let started = Instant::now();
@@ -270,10 +353,25 @@ impl Handler {
                 }
             }
         };
+        // A spare or a new instance takes the call's place; a warm one
+        // has its own, and the call's goes back.
+        warm.unit.get_or_insert(unit);
+        self.call_on(warm, instantiate, deliveries, deadline).await
+    }
+
+    /// Call the handler for `deliveries` on `warm`, then keep it or drop it.
+    async fn call_on(
+        &self,
+        warm: Warm,
+        instantiate: Option<Duration>,
+        deliveries: &[Delivery],
+        deadline: &Deadline,
+    ) -> Called {
         let Warm {
             mut store,
             instance,
             uses,
+            unit,
         } = warm;
         store.data_mut().begin_call(deliveries, deadline);
         store.set_epoch_deadline(1);
@@ -288,10 +386,11 @@ impl Handler {
                     store,
                     instance,
                     uses,
+                    unit,
                 };
                 match self.spec.instance_mode {
                     InstanceMode::Reuse if uses < self.spec.max_messages_per_instance && whole => {
-                        self.warm.lock().expect("warm pool lock").push(used);
+                        self.keep_warm(used);
                     }
                     InstanceMode::Reuse => drop(used),
                     // Its memory is reset off the message path, by `tidy`.
@@ -304,8 +403,13 @@ impl Handler {
                     memory,
                 }
             }
-            // The store, and with it a possibly broken instance, is dropped here.
-            Err(f) => failed(f, instantiate, memory),
+            // The store, and with it a possibly broken instance, is
+            // dropped before its place in the pool is given back.
+            Err(f) => {
+                drop(store);
+                drop(unit);
+                failed(f, instantiate, memory)
+            }
         }
     }
 
@@ -361,6 +465,18 @@ impl Drop for Handler {
     /// A retired version's spares give their places back at once.
     fn drop(&mut self) {
         self.spares.stop();
+    }
+}
+
+impl Shed for Handler {
+    /// An idle warm instance goes while the handler holds more than its
+    /// floor.
+    fn shed_one(&self) -> bool {
+        if !self.account.above_floor() {
+            return false;
+        }
+        let idle = self.warm.lock().expect("warm pool lock").pop();
+        idle.is_some()
     }
 }
 

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Store, UpdateDeadline};
 
+use super::budget::Unit;
 use super::limits::{TimedOut, by_deadline};
 use super::world::{Instance, Pre};
 use super::{Deadline, Runtime};
@@ -29,11 +30,13 @@ pub const SPARES_PER_HANDLER: usize = 4;
 /// engine's pool holds this many beyond the handlers' `concurrency`.
 pub(crate) const SPARE_INSTANCES: usize = 64;
 
-/// An instance with its store, and how many calls it served.
+/// An instance with its store, how many calls it served, and its place in
+/// the host's pool once a call took it (a spare has none until then).
 pub(super) struct Warm {
     pub(crate) store: Store<HostState>,
     pub(crate) instance: Instance,
     pub(crate) uses: u32,
+    pub(crate) unit: Option<Unit>,
 }
 
 /// Why making an instance failed.
@@ -60,6 +63,7 @@ impl Maker {
                 store,
                 instance,
                 uses: 0,
+                unit: None,
             }),
             Ok(Err(e)) => Err(Unmade::Failed(e, store)),
             Err(TimedOut(_)) => Err(Unmade::TimedOut),

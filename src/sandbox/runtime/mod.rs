@@ -16,6 +16,7 @@ use wasmtime::{
 use crate::sandbox::imports::{HostState, LiveCount, LiveInstance};
 use crate::sandbox::wit;
 
+mod budget;
 pub(crate) mod handler;
 mod instances;
 pub(crate) mod limits;
@@ -23,7 +24,7 @@ mod world;
 
 pub use crate::sandbox::imports::Deadline;
 pub(crate) use handler::BatchInvocation;
-pub use handler::{Failure, Handler, Invocation};
+pub use handler::{Failure, Handler, Invocation, Ready};
 pub(crate) use instances::SPARE_INSTANCES;
 #[cfg(any(test, feature = "testkit"))]
 pub use instances::SPARES_PER_HANDLER;
@@ -32,10 +33,40 @@ pub(crate) use world::{Pre, World};
 /// The largest memory cap a handler may ask for.
 pub(crate) const MAX_HANDLER_MEMORY: u64 = crate::config::bounds::MEMORY.1;
 
-/// Component instances (and fiber stacks) in the engine's pool: the sum of
-/// the `concurrency` of every handler a host serves must fit, and the
-/// registry refuses a handler that would not.
-pub(crate) const POOL_INSTANCES: usize = crate::config::bounds::CONCURRENCY.1;
+pub(crate) use budget::Budget;
+
+/// Handler instances in the engine's pool by default on a machine with
+/// `ram` bytes of memory: one per 16 MiB, and at least 1,000 and at most
+/// 4,096 (see [`default_max_instances`]).
+pub(crate) fn max_instances_for(ram: u64) -> usize {
+    let (least, most) = (1000, crate::config::bounds::MAX_INSTANCES.1);
+    ((ram / (16 << 20)) as usize).clamp(least, most)
+}
+
+/// Handler instances in the engine's pool by default: [`max_instances_for`]
+/// this machine's memory. The pool costs address space up front (each
+/// instance's slots reserve 4 GiB per memory), and resident memory only as
+/// slots are used: a slot used once keeps up to 16 MiB of the pages its
+/// instance wrote, so the next instance there finds them mapped. One
+/// instance per 16 MiB keeps that cost within the machine's memory; the
+/// floor of 1,000 lets a thousand handlers serve with their floor of one
+/// instance each on any machine; the cap keeps the address space reserved
+/// (about 8 GiB per instance) well inside what Linux gives a process.
+pub(crate) fn default_max_instances() -> usize {
+    max_instances_for(physical_memory())
+}
+
+/// This machine's memory in bytes (0 when it cannot be read).
+fn physical_memory() -> u64 {
+    // SAFETY: sysconf only reads system values.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGE_SIZE),
+        )
+    };
+    (pages.max(0) as u64).saturating_mul(size.max(0) as u64)
+}
 
 /// Engine, linker and epoch ticker, shared by every handler.
 #[derive(Clone)]
@@ -50,14 +81,23 @@ struct Inner {
     live: LiveCount,
     /// Spare fresh instances kept ready, over every handler.
     spares: Arc<AtomicUsize>,
+    /// The pool's instances, shared by the handlers.
+    budget: Arc<Budget>,
 }
 
 impl Runtime {
-    /// The engine, with the pooling allocator sized for every handler a host
-    /// serves and the spare fresh instances, and the linker with everything
-    /// a handler may import.
+    /// The engine, with a pool of the default size
+    /// ([`default_max_instances`]), and the linker with everything a
+    /// handler may import.
     pub fn new() -> Result<Self> {
-        let pool = pool_config()?;
+        Self::with_max_instances(default_max_instances())
+    }
+
+    /// The engine, with the pooling allocator sized for `max_instances`
+    /// handler instances and the spare fresh instances, and the linker with
+    /// everything a handler may import.
+    pub fn with_max_instances(max_instances: usize) -> Result<Self> {
+        let pool = pool_config(max_instances)?;
         let mut config = Config::new();
         config
             .epoch_interruption(true)
@@ -85,6 +125,7 @@ impl Runtime {
                 _ticker: ticker,
                 live: LiveCount::default(),
                 spares: Arc::default(),
+                budget: Budget::new(max_instances),
             }),
         })
     }
@@ -97,6 +138,16 @@ impl Runtime {
     /// The linker every handler is instantiated through.
     pub fn linker(&self) -> &Linker<HostState> {
         &self.inner.linker
+    }
+
+    /// The pool's instances, shared by the handlers.
+    pub(crate) fn budget(&self) -> &Arc<Budget> {
+        &self.inner.budget
+    }
+
+    /// Handler instances the pool holds (`max_instances`).
+    pub fn max_instances(&self) -> usize {
+        self.inner.budget.total()
     }
 
     /// Spare fresh instances ready or being made now, of every handler.
@@ -124,15 +175,16 @@ impl Runtime {
     }
 }
 
-/// The pooling allocator, sized for every handler a host serves and the
-/// spare fresh instances, and how it resets a used instance's memory.
-fn pool_config() -> Result<PoolingAllocationConfig> {
+/// The pooling allocator, sized for `max_instances` handler instances and
+/// the spare fresh instances, and how it resets a used instance's memory.
+fn pool_config(max_instances: usize) -> Result<PoolingAllocationConfig> {
     let mut pool = PoolingAllocationConfig::new();
-    let instances = (POOL_INSTANCES + SPARE_INSTANCES) as u32;
+    let (n, spares) = (max_instances as u32, SPARE_INSTANCES as u32);
+    let instances = n + spares;
     pool.total_component_instances(instances)
-        .total_core_instances(10_000 + 16 * SPARE_INSTANCES as u32)
-        .total_memories(2000 + 2 * SPARE_INSTANCES as u32)
-        .total_tables(10_000 + 16 * SPARE_INSTANCES as u32)
+        .total_core_instances(10 * n + 16 * spares)
+        .total_memories(2 * n + 2 * spares)
+        .total_tables(10 * n + 16 * spares)
         .total_stacks(instances)
         .max_core_instances_per_component(64)
         .max_memories_per_component(8)

@@ -61,6 +61,12 @@ async fn take_batch(caller: &Caller) -> Option<Vec<Job>> {
 /// with its own span.
 async fn run_batch(caller: &Caller, jobs: Vec<Job>) {
     let spec = &*caller.spec;
+    let Some(ready) = caller.ready().await else {
+        for (delivery, key, permit) in jobs {
+            caller.settled(back(delivery, key), permit);
+        }
+        return;
+    };
     let mut batch = Batch::default();
     for (delivery, key, permit) in jobs {
         if too_late(&delivery, spec) {
@@ -78,7 +84,9 @@ async fn run_batch(caller: &Caller, jobs: Vec<Job>) {
     let started = std::time::Instant::now();
     let deadline = Deadline::new(spec.timeout, spec.max_extend);
     let leases = Leases::of(&batch.deliveries, &batch.keys);
-    let call = caller.dispatch.invoke_batch(&batch.deliveries, &deadline);
+    let call = caller
+        .dispatch
+        .invoke_batch(ready, &batch.deliveries, &deadline);
     let (called, until) = leases.keep(call, &deadline, &*caller.broker, spec).await;
     keep::renewed(&mut batch.deliveries, &until);
     let took = started.elapsed();

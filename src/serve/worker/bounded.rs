@@ -41,6 +41,9 @@ pub(crate) struct Progress {
     next: AtomicU64,
     /// The last broker call that failed: what, why, when.
     failed: Mutex<Option<(&'static str, String, Instant)>>,
+    /// Since when the worker waits for work (`Queue::idle`), its last
+    /// receive having found none; `None` while it does not.
+    idle_since: Mutex<Option<Instant>>,
 }
 
 impl Default for Progress {
@@ -50,6 +53,7 @@ impl Default for Progress {
             under_way: Mutex::default(),
             next: AtomicU64::new(0),
             failed: Mutex::default(),
+            idle_since: Mutex::default(),
         }
     }
 }
@@ -62,6 +66,14 @@ impl Progress {
 
     fn moved(&self) {
         *self.moved.lock().expect("progress lock") = Instant::now();
+    }
+
+    /// How long the worker has waited for work, if it waits now.
+    pub(crate) fn idle_for(&self) -> Option<Duration> {
+        self.idle_since
+            .lock()
+            .expect("progress lock")
+            .map(|since| since.elapsed())
     }
 
     /// What the worker waits on, in words: the longest broker call under
@@ -115,6 +127,9 @@ pub(crate) struct Bounded {
     bound: Duration,
     queue: String,
     stats: Arc<WorkerStats>,
+    /// The longest an idle wait may take before its bound starts:
+    /// [`IDLE_MOST`](crate::broker::IDLE_MOST).
+    idle_most: Duration,
 }
 
 impl Bounded {
@@ -131,6 +146,7 @@ impl Bounded {
             bound,
             queue: queue.to_string(),
             stats: stats.clone(),
+            idle_most: crate::broker::IDLE_MOST,
         })
     }
 
@@ -238,9 +254,14 @@ impl Queue for Bounded {
     }
 
     async fn idle(&self, queue: &str, up_to: Duration) {
-        // Waiting is what idle is for; a broker that does not answer the
-        // look it takes meanwhile is caught by the next, bounded, receive.
-        let _ = tokio::time::timeout(up_to + self.bound, self.inner.idle(queue, up_to)).await;
+        // Waiting is what idle is for (up to `IDLE_MOST`); a broker that
+        // does not answer the look it takes meanwhile is caught by the
+        // next, bounded, receive.
+        let most = up_to.max(self.idle_most) + self.bound;
+        let idle_since = &self.stats.progress.idle_since;
+        *idle_since.lock().expect("progress lock") = Some(Instant::now());
+        let _ = tokio::time::timeout(most, self.inner.idle(queue, up_to)).await;
+        *idle_since.lock().expect("progress lock") = None;
     }
 
     async fn flush(&self) -> Result<()> {
@@ -284,7 +305,14 @@ mod tests {
     async fn every_worker_call_ends_at_the_bound() {
         let bound = Duration::from_millis(50);
         let stats = Arc::new(WorkerStats::default());
-        let q = Bounded::wrap(Arc::new(Frozen), &stats, "orders", bound);
+        let idle_most = Duration::from_millis(100);
+        let q: Arc<dyn Queue> = Arc::new(Bounded {
+            inner: Arc::new(Frozen),
+            bound,
+            queue: "orders".into(),
+            stats: stats.clone(),
+            idle_most,
+        });
         let start = tokio::time::Instant::now();
         let e = q
             .receive("orders", 1, Duration::from_secs(30), Flow::default())
@@ -298,9 +326,12 @@ mod tests {
         assert!(q.extend("orders", &[], bound).await.is_err());
         assert!(q.claim("orders", &[], bound).await.is_err());
         assert!(q.set_ordering("orders", None).await.is_err());
+        let idle = tokio::time::Instant::now();
         q.idle("orders", Duration::from_millis(20)).await;
+        assert!(idle.elapsed() >= idle_most + bound, "{:?}", idle.elapsed());
+        assert_eq!(stats.progress.idle_for(), None, "the wait is over");
         let took = start.elapsed();
-        assert!(took >= bound * 6, "{took:?}");
+        assert!(took >= bound * 5 + idle_most, "{took:?}");
         assert!(took < Duration::from_secs(5), "{took:?}");
         let waiting = stats.progress.waiting_on();
         assert!(waiting.contains("change of ordering failed"), "{waiting}");

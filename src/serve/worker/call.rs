@@ -13,7 +13,7 @@ use crate::broker::{Queue, Settlement};
 use crate::config::{HandlerSpec, KeySource, bounds};
 use crate::message::{Delivery, NewMessage, now_ms, now_us, stored_text, without_nul};
 use crate::policy::{self, Decision, Outcome};
-use crate::sandbox::runtime::{Deadline, Failure, Invocation};
+use crate::sandbox::runtime::{Deadline, Failure, Invocation, Ready};
 
 /// How long a message that found no free instance waits before it is
 /// delivered again.
@@ -36,6 +36,17 @@ impl Caller {
     /// goes back at once, without spending an attempt.
     pub(crate) fn stopping(&self) -> bool {
         *self.stop.borrow()
+    }
+
+    /// What the next call may start on, once the handler has an instance
+    /// free for it; `None` when the worker stops first.
+    pub(crate) async fn ready(&self) -> Option<Ready> {
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            biased;
+            ready = self.dispatch.ready() => Some(ready),
+            _ = stop.wait_for(|stopping| *stopping) => None,
+        }
     }
 
     /// Pass a settlement on to the settler.
@@ -85,6 +96,11 @@ pub(super) fn too_late(delivery: &Delivery, spec: &HandlerSpec) -> bool {
 /// Handle one delivery and say how it settles: one attempt, with its span
 /// and its metrics.
 async fn run_one(caller: &Caller, mut delivery: Delivery, key: Option<String>) -> Settlement {
+    // Waiting for an instance spends nothing of the attempt: a delivery
+    // that waited too long goes back untouched.
+    let Some(ready) = caller.ready().await else {
+        return back(delivery, key);
+    };
     if too_late(&delivery, &caller.spec) {
         return back(delivery, key);
     }
@@ -104,7 +120,7 @@ async fn run_one(caller: &Caller, mut delivery: Delivery, key: Option<String>) -
     }
     let deadline = Deadline::new(spec.timeout, spec.max_extend);
     let leases = Leases::of(std::slice::from_ref(&delivery), std::slice::from_ref(&key));
-    let call = caller.dispatch.invoke(&delivery, &deadline);
+    let call = caller.dispatch.invoke(ready, &delivery, &deadline);
     let (mut invocation, until) = leases.keep(call, &deadline, &*caller.broker, spec).await;
     keep::renewed(std::slice::from_mut(&mut delivery), &until);
     if let Some(m) = &observe.metrics {

@@ -27,7 +27,7 @@ use crate::broker::{ClaimState, KeyOf, Queue, Received, Settlement};
 use crate::config::HandlerSpec;
 use crate::error::chain;
 use crate::message::Delivery;
-use crate::sandbox::runtime::{BatchInvocation, Deadline, Handler, Invocation};
+use crate::sandbox::runtime::{BatchInvocation, Deadline, Handler, Invocation, Ready};
 use crate::serve::metrics::HandlerMetrics;
 use crate::serve::pause::Paused;
 pub use bounded::DEFAULT_BROKER_TIMEOUT;
@@ -50,8 +50,15 @@ const MAX_IDLE_POLL: Duration = Duration::from_millis(50);
 /// benchmarks and tests.
 #[async_trait]
 pub trait Dispatch: Send + Sync + 'static {
-    /// Handle one delivery by `deadline`.
-    async fn invoke(&self, delivery: &Delivery, deadline: &Deadline) -> Invocation;
+    /// Wait until a call may start now (an instance is free for it), before
+    /// its deadline starts; what was found goes to the call. By default at
+    /// once, with nothing.
+    async fn ready(&self) -> Ready {
+        Ready::default()
+    }
+
+    /// Handle one delivery by `deadline`, on what [`Dispatch::ready`] found.
+    async fn invoke(&self, ready: Ready, delivery: &Delivery, deadline: &Deadline) -> Invocation;
 
     /// Work kept off the message path (dropping used instances, making
     /// spare ones), done by a caller after it passes a settlement on.
@@ -63,12 +70,21 @@ pub trait Dispatch: Send + Sync + 'static {
     }
 
     /// Handle `deliveries` by `deadline`, one outcome each. By default one
-    /// call each, in turn: the batch fails with the first call that fails.
-    async fn invoke_batch(&self, deliveries: &[Delivery], deadline: &Deadline) -> BatchInvocation {
+    /// call each, in turn (the first on `ready`): the batch fails with the
+    /// first call that fails.
+    async fn invoke_batch(
+        &self,
+        ready: Ready,
+        deliveries: &[Delivery],
+        deadline: &Deadline,
+    ) -> BatchInvocation {
         let mut outcomes = Vec::with_capacity(deliveries.len());
         let mut publishes = Vec::new();
+        let mut ready = Some(ready);
         for d in deliveries {
-            let one = self.invoke(d, deadline).await;
+            let one = self
+                .invoke(ready.take().unwrap_or_default(), d, deadline)
+                .await;
             match one.result {
                 Ok(outcome) => outcomes.push(outcome),
                 Err(f) => {
@@ -96,16 +112,25 @@ pub trait Dispatch: Send + Sync + 'static {
 
 #[async_trait]
 impl Dispatch for Handler {
-    async fn invoke(&self, delivery: &Delivery, deadline: &Deadline) -> Invocation {
-        Handler::invoke(self, delivery, deadline).await
+    async fn ready(&self) -> Ready {
+        Handler::ready(self).await
+    }
+
+    async fn invoke(&self, ready: Ready, delivery: &Delivery, deadline: &Deadline) -> Invocation {
+        Handler::invoke_on(self, ready, delivery, deadline).await
     }
 
     fn batch(&self) -> bool {
         self.world().is_batch()
     }
 
-    async fn invoke_batch(&self, deliveries: &[Delivery], deadline: &Deadline) -> BatchInvocation {
-        Handler::invoke_batch(self, deliveries, deadline).await
+    async fn invoke_batch(
+        &self,
+        ready: Ready,
+        deliveries: &[Delivery],
+        deadline: &Deadline,
+    ) -> BatchInvocation {
+        Handler::invoke_batch(self, ready, deliveries, deadline).await
     }
 
     fn version(&self) -> &str {

@@ -142,7 +142,12 @@ mod tests {
 
     #[async_trait]
     impl Dispatch for PanicsOnce {
-        async fn invoke(&self, _: &Delivery, _: &crate::sandbox::runtime::Deadline) -> Invocation {
+        async fn invoke(
+            &self,
+            _: crate::sandbox::runtime::Ready,
+            _: &Delivery,
+            _: &crate::sandbox::runtime::Deadline,
+        ) -> Invocation {
             if self.0.fetch_add(1, Ordering::Relaxed) == 0 {
                 panic!("boom");
             }

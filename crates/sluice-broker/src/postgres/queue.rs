@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{PgBroker, classify, wake};
+use super::{PgBroker, classify};
 use crate::codec::{
     SETTLED_KEPT, decode_headers, encode_headers, lease_expired, settle_digest, written_again,
 };
@@ -129,6 +129,7 @@ impl Queue for PgBroker {
             return Ok(());
         };
         self.churn.add(settlements.len());
+        self.wake_delayed(settlements, &states);
         let lost: Vec<&str> = settlements
             .iter()
             .zip(&states)
@@ -170,8 +171,9 @@ impl Queue for PgBroker {
 
     /// Wait for `queue`'s notification, up to its next due time (at least
     /// `up_to`, so that rows another host is leasing right now are not
-    /// polled in a spin) or `wake::MAX_WAIT` at most, the fallback for a
-    /// notification missed.
+    /// polled in a spin) or the fallback for a notification missed at most:
+    /// `wake::LISTENING_WAIT` while the listening connection is up,
+    /// `wake::MAX_WAIT` while it is down.
     async fn idle(&self, queue: &str, up_to: Duration) {
         let wake = self.wakes.of(queue);
         let woken = wake.notified();
@@ -179,8 +181,10 @@ impl Queue for PgBroker {
         // Waiting starts before looking, so that a wake-up sent in between
         // is not missed.
         woken.as_mut().enable();
+        let most = self.wakes.most();
         let wait = match self.until_due(queue).await {
-            Ok(wait) => wait.clamp(up_to.min(wake::MAX_WAIT), wake::MAX_WAIT),
+            Ok(Some(wait)) => wait.clamp(up_to.min(most), most),
+            Ok(None) => most,
             Err(_) => up_to,
         };
         let _ = tokio::time::timeout(wait, woken).await;
@@ -192,6 +196,28 @@ impl Queue for PgBroker {
 }
 
 impl PgBroker {
+    /// Wake this process's idle receivers of the queues whose messages
+    /// went back with a delay (a retry, snooze or hand-back the schema does
+    /// not notify, as they are not due yet), so that they wait for the new
+    /// due time rather than the one they saw before. `states`: what the
+    /// schema answered for each settlement, 0 for a lost lease.
+    fn wake_delayed(&self, settlements: &[Settlement], states: &[i32]) {
+        let mut woken: Vec<&str> = Vec::new();
+        for (s, st) in settlements.iter().zip(states) {
+            let delayed = match s {
+                Settlement::Retry { delay, .. }
+                | Settlement::Defer { delay, .. }
+                | Settlement::Snooze { delay, .. } => !delay.is_zero(),
+                _ => false,
+            };
+            let queue = s.delivery().queue.as_str();
+            if delayed && *st > 0 && !woken.contains(&queue) {
+                woken.push(queue);
+                self.wakes.wake(queue);
+            }
+        }
+    }
+
     /// Lease up to `max` due messages of `queue`, oldest due first, fewer
     /// when `flow` says so. Only a queue with flow limits goes through
     /// `lease_limited` and its lock; the rest pick with one plain
@@ -251,8 +277,8 @@ impl PgBroker {
     }
 
     /// How long until the next message of `queue` is due (or its lease
-    /// runs out), at most [`wake::MAX_WAIT`].
-    async fn until_due(&self, queue: &str) -> Result<Duration> {
+    /// runs out); `None` when it has none.
+    async fn until_due(&self, queue: &str) -> Result<Option<Duration>> {
         let conn = self.conn("receiving").await?;
         let row = conn
             .query_one(
@@ -262,9 +288,7 @@ impl PgBroker {
             .await
             .map_err(|e| classify("receiving", e))?;
         let ms: Option<i64> = row.get(0);
-        Ok(ms.map_or(wake::MAX_WAIT, |ms| {
-            Duration::from_millis(ms.max(0) as u64).min(wake::MAX_WAIT)
-        }))
+        Ok(ms.map(|ms| Duration::from_millis(ms.max(0) as u64)))
     }
 }
 

@@ -2,10 +2,18 @@
 //! on the schema's channel, where `enqueue` and `settle` notify the queues
 //! that got due messages (on commit). A worker whose receive found nothing
 //! waits (`Queue::idle`) for its queue's notification, or for the next
-//! message's due time, or for [`MAX_WAIT`] at most: the fallback for a
-//! notification missed while the listening connection was down.
+//! message's due time (a delayed message, a lease's end), or for
+//! [`LISTENING_WAIT`] at most while the listening connection is up. While
+//! it is down, notifications are missed: idle workers look every
+//! [`MAX_WAIT`], and when it is back every queue is woken once.
+//!
+//! A retry or snooze with a delay is not notified (it is not due yet); the
+//! broker that settles it wakes its own receivers of the queue, which wait
+//! for its due time. Another host's idle receivers take it at their next
+//! look: by its former lease's end, or [`LISTENING_WAIT`], whichever first.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -13,8 +21,12 @@ use tokio::sync::Notify;
 use tokio_postgres::AsyncMessage;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-/// The longest an idle worker waits before it looks again.
+/// The longest an idle worker waits before it looks again while the
+/// listening connection is down.
 pub(super) const MAX_WAIT: Duration = Duration::from_millis(500);
+/// The longest an idle worker waits before it looks again while the
+/// listening connection is up.
+pub(super) const LISTENING_WAIT: Duration = crate::IDLE_MOST;
 /// The longest the listener waits before it connects again.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -22,16 +34,43 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 #[derive(Default)]
 pub(super) struct Wakes {
     queues: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Whether the listening connection is up and listening.
+    listening: AtomicBool,
 }
 
 impl Wakes {
+    /// The longest an idle worker waits now: [`LISTENING_WAIT`] while
+    /// notifications are heard, else [`MAX_WAIT`].
+    pub(super) fn most(&self) -> Duration {
+        if self.listening.load(Ordering::SeqCst) {
+            LISTENING_WAIT
+        } else {
+            MAX_WAIT
+        }
+    }
+
+    /// Note whether notifications are heard. When they are again, every
+    /// queue is woken: one may have been missed meanwhile.
+    fn set_listening(&self, listening: bool) {
+        let was = self.listening.swap(listening, Ordering::SeqCst);
+        if listening && !was {
+            let all: Vec<Arc<Notify>> = (self.queues.lock().expect("wakes lock").values())
+                .cloned()
+                .collect();
+            for n in all {
+                n.notify_waiters();
+            }
+        }
+    }
+
     /// The wake-up of `queue`, made on first use.
     pub(super) fn of(&self, queue: &str) -> Arc<Notify> {
         let mut queues = self.queues.lock().expect("wakes lock");
         queues.entry(queue.to_string()).or_default().clone()
     }
 
-    fn wake(&self, queue: &str) {
+    /// Wake this process's idle receivers of `queue`.
+    pub(super) fn wake(&self, queue: &str) {
         let waiting = self.queues.lock().expect("wakes lock").get(queue).cloned();
         if let Some(n) = waiting {
             n.notify_waiters();
@@ -52,6 +91,9 @@ pub(super) async fn listen(
         let started = std::time::Instant::now();
         if let Err(e) = listen_once(&config, &tls, &channel, &wakes).await {
             tracing::debug!(error = %e, "the PostgreSQL broker's listening connection ended; receivers poll until it is back");
+        }
+        if let Some(wakes) = wakes.upgrade() {
+            wakes.set_listening(false);
         }
         if started.elapsed() > MAX_BACKOFF {
             backoff = Duration::from_millis(100);
@@ -79,6 +121,9 @@ async fn listen_once(
             done = &mut listening, if !listened => {
                 done?;
                 listened = true;
+                if let Some(wakes) = wakes.upgrade() {
+                    wakes.set_listening(true);
+                }
             }
             message = std::future::poll_fn(|cx| connection.poll_message(cx)) => match message {
                 Some(Ok(AsyncMessage::Notification(n))) => {

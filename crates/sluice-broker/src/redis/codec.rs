@@ -261,6 +261,13 @@ pub(crate) fn read_reply(reply: Value, queue: &str, lease_ms: u64) -> Vec<Delive
     out
 }
 
+/// Whether an `XREAD` reply holds entries of `stream`.
+pub(crate) fn names_stream(reply: &Value, stream: &str) -> bool {
+    array(reply)
+        .iter()
+        .any(|part| array(part).first().and_then(text).as_deref() == Some(stream))
+}
+
 /// The items of a msgpack array as `cmsgpack.pack` writes an entry's
 /// fields (see `activate` in `scripts.rs`): strings, or binary, or integers
 /// (read as their decimal text). `None` for anything else, or bytes left

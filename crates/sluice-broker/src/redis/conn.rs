@@ -45,12 +45,22 @@ impl ConnectionLike for Conn {
     }
 }
 
-/// Where new connections come from: one Redis, or a cluster.
+/// Where new connections come from: one Redis, or a cluster (a client for
+/// calls that answer at once, and one for readers, whose idle waits block
+/// for up to [`IDLE_MOST`](crate::IDLE_MOST)).
 #[derive(Clone)]
 pub(super) enum Client {
     Single(redis::Client),
-    Cluster(Box<redis::cluster::ClusterClient>),
+    Cluster(Box<[redis::cluster::ClusterClient; 2]>),
 }
+
+/// How long a call may go unanswered before its connection is taken for
+/// lost.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The same, for a reader's connection, whose idle waits block.
+const BLOCKING_RESPONSE_TIMEOUT: Duration =
+    Duration::from_secs(crate::IDLE_MOST.as_secs() + RESPONSE_TIMEOUT.as_secs());
 
 impl Client {
     /// The client for `url`, and whether it is a cluster: a node with
@@ -73,29 +83,49 @@ impl Client {
         if !info.contains("cluster_enabled:1") {
             return Ok((Client::Single(single), false));
         }
-        let cluster = redis::cluster::ClusterClientBuilder::new(vec![url])
-            .retries(6)
-            .connection_timeout(Duration::from_secs(2))
-            .response_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| anyhow::anyhow!("bad Redis Cluster URL {url:?}: {e}"))?;
-        Ok((Client::Cluster(Box::new(cluster)), true))
+        let cluster = |timeout| {
+            redis::cluster::ClusterClientBuilder::new(vec![url])
+                .retries(6)
+                .connection_timeout(Duration::from_secs(2))
+                .response_timeout(timeout)
+                .build()
+                .map_err(|e| anyhow::anyhow!("bad Redis Cluster URL {url:?}: {e}"))
+        };
+        let clients = [cluster(RESPONSE_TIMEOUT)?, cluster(BLOCKING_RESPONSE_TIMEOUT)?];
+        Ok((Client::Cluster(Box::new(clients)), true))
     }
 
     /// A new connection that reconnects on its own.
     pub(super) async fn connect(&self) -> redis::RedisResult<Conn> {
+        self.connect_with(RESPONSE_TIMEOUT).await
+    }
+
+    /// A new connection for a reader, whose idle waits block for up to
+    /// [`IDLE_MOST`](crate::IDLE_MOST).
+    pub(super) async fn connect_blocking(&self) -> redis::RedisResult<Conn> {
+        self.connect_with(BLOCKING_RESPONSE_TIMEOUT).await
+    }
+
+    async fn connect_with(&self, timeout: Duration) -> redis::RedisResult<Conn> {
         match self {
             Client::Single(c) => {
                 let config = ConnectionManagerConfig::new()
                     .set_number_of_retries(3)
                     .set_max_delay(Duration::from_secs(2))
                     .set_connection_timeout(Some(Duration::from_secs(2)))
-                    .set_response_timeout(Some(Duration::from_secs(10)));
+                    .set_response_timeout(Some(timeout));
                 Ok(Conn::Single(
                     ConnectionManager::new_with_config(c.clone(), config).await?,
                 ))
             }
-            Client::Cluster(c) => Ok(Conn::Cluster(c.get_async_connection().await?)),
+            Client::Cluster(clients) => {
+                let client = if timeout == RESPONSE_TIMEOUT {
+                    &clients[0]
+                } else {
+                    &clients[1]
+                };
+                Ok(Conn::Cluster(client.get_async_connection().await?))
+            }
         }
     }
 }

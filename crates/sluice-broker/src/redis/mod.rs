@@ -15,7 +15,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::Mutex;
 
 use crate::Result;
 use crate::message::{hostname, new_id};
@@ -47,6 +47,11 @@ const STATUS_KEY: &str = "sluice:handlers";
 const PAUSED_KEY: &str = "sluice:paused";
 /// How long a receive blocks on an empty stream.
 const BLOCK: Duration = Duration::from_millis(50);
+/// The longest an idle queue's reader waits (`Queue::idle`) before it
+/// looks again: a new entry, or a delayed message due before every other
+/// (which rings the queue's wake stream), ends the wait at once, and it
+/// ends when the next delayed message is due.
+const IDLE_WAIT: Duration = crate::IDLE_MOST;
 /// How often a receiver promotes due messages and reclaims expired leases.
 const MAINTAIN_EVERY: Duration = Duration::from_millis(100);
 
@@ -111,6 +116,10 @@ struct QueueKeys {
     /// ... and the prefix of each group's list of waiting messages, in
     /// order (`WAITING:GROUP`).
     waiting: String,
+    /// A stream of at most one entry, added to when a delayed message is
+    /// due before every other (see `enqueue` in the scripts' prelude): an
+    /// idle reader blocks on it beside `stream`.
+    wake: String,
 }
 
 impl QueueKeys {
@@ -148,6 +157,7 @@ impl QueueKeys {
             schedules: key(queue, "schedules"),
             groups: key(queue, "groups"),
             waiting: key(queue, "waiting"),
+            wake: key(queue, "wake"),
         }
     }
 }
@@ -165,7 +175,7 @@ pub struct RedisBroker {
     registered: StdMutex<HashSet<String>>,
     /// Queues this host receives from: their outboxes are relayed first.
     served: Arc<StdMutex<BTreeSet<String>>>,
-    relay_wake: Arc<Notify>,
+    relay_wake: Arc<relay::Wake>,
     relay: tokio::task::JoinHandle<()>,
     /// Each queue's ordering as last seen.
     orderings: Arc<groups::Orderings>,
@@ -188,12 +198,11 @@ impl RedisBroker {
             .map_err(|e| anyhow::anyhow!("cannot connect to Redis at {url}: {e}"))?;
         let consumer = format!("{}-{}-{}", hostname(), std::process::id(), &new_id()[20..]);
         let served = Arc::new(StdMutex::new(BTreeSet::new()));
-        let relay_wake = Arc::new(Notify::new());
+        let relay_wake = Arc::new(relay::Wake::default());
         let orderings = Arc::new(groups::Orderings::default());
         let relay = tokio::spawn(relay::relay_loop(
             conn.clone(),
             orderings.clone(),
-            served.clone(),
             relay_wake.clone(),
         ));
         Ok(RedisBroker {

@@ -172,6 +172,10 @@ impl Queue for RedisBroker {
         Ok(held.into_iter().map(|h| h == 1).collect())
     }
 
+    async fn idle(&self, queue: &str, up_to: Duration) {
+        self.wait_idle(queue, up_to).await;
+    }
+
     async fn set_ordering(&self, queue: &str, ordering: Option<&OrderedGroups>) -> Result<()> {
         let spec = ordering.map(OrderedGroups::encode).unwrap_or_default();
         let keys = QueueKeys::new(queue);
@@ -447,7 +451,7 @@ impl RedisBroker {
             tracing::warn!(queue, ids = ?lost, "settlements refused: their deliveries had lost their leases (the messages were delivered again)");
         }
         if has_publishes {
-            self.relay_wake.notify_one();
+            self.relay_wake.ring(queue);
         }
         Ok(())
     }

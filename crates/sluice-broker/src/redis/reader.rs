@@ -11,19 +11,52 @@ use tokio::sync::Mutex;
 
 use super::codec::{self, Entry, int};
 use super::conn::{Conn, classify};
-use super::{BLOCK, GROUP, MAINTAIN_EVERY, QueueKeys, RedisBroker, scripts};
+use super::{BLOCK, GROUP, IDLE_WAIT, MAINTAIN_EVERY, QueueKeys, RedisBroker, scripts};
 use crate::message::{Delivery, now_ms};
 use crate::{Flow, Rate, Result};
 
 /// The receiving side of one queue: its own connection, because a blocking
 /// `XREADGROUP` holds the connection it runs on.
 pub(super) struct Reader {
+    /// Its own connection, with a response timeout longer than
+    /// [`IDLE_WAIT`].
     conn: Conn,
     group_ready: bool,
     cursor: String,
     last_maintain: Option<Instant>,
+    /// When the next delayed message is due, as the last maintenance saw.
+    next_due: Option<Instant>,
+    /// Entries leased when the last maintenance ran.
+    leased: u64,
+    /// Where the last maintenance left the stream and the wake stream, for
+    /// an idle wait; taken by the wait, dropped by a read that finds
+    /// something (the group has moved on since).
+    marks: Option<Marks>,
     /// Rate tokens taken for the next read (a queue with a `rate` alone).
     tokens: usize,
+    /// Set while an idle wait blocks on `conn`, cleared when it ends: still
+    /// set, the wait was dropped (its worker stopped), and the connection
+    /// is blocked server-side until its `XREAD` times out, so it is
+    /// replaced before the next call (see [`Reader::unblocked`]).
+    waiting: bool,
+}
+
+impl Reader {
+    /// Replace the connection if an idle wait was dropped while it blocked.
+    async fn unblocked(&mut self, client: &super::conn::Client) -> Result<()> {
+        if self.waiting {
+            self.conn = client.connect_blocking().await.map_err(classify)?;
+            self.waiting = false;
+        }
+        Ok(())
+    }
+}
+
+/// The group's last delivered entry of the stream, and the wake stream's
+/// last entry (`0-0` for none), as one maintenance saw them.
+struct Marks {
+    delivered: String,
+    wake: String,
 }
 
 impl RedisBroker {
@@ -33,13 +66,17 @@ impl RedisBroker {
         if let Some(r) = readers.get(queue) {
             return Ok(r.clone());
         }
-        let conn = self.client.connect().await.map_err(classify)?;
+        let conn = self.client.connect_blocking().await.map_err(classify)?;
         let reader = Arc::new(Mutex::new(Reader {
             conn,
             group_ready: false,
             cursor: "0-0".into(),
             last_maintain: None,
+            next_due: None,
+            leased: 0,
+            marks: None,
             tokens: 0,
+            waiting: false,
         }));
         readers.insert(queue.to_string(), reader.clone());
         Ok(reader)
@@ -57,6 +94,7 @@ impl RedisBroker {
         flow: Flow,
     ) -> Result<Vec<Delivery>> {
         let keys = QueueKeys::new(queue);
+        reader.unblocked(&self.client).await?;
         if !reader.group_ready {
             self.register([queue]).await?;
             ensure_group(&mut reader.conn, &keys.stream).await?;
@@ -68,7 +106,8 @@ impl RedisBroker {
             .is_none_or(|t| t.elapsed() >= MAINTAIN_EVERY)
         {
             reader.last_maintain = Some(Instant::now());
-            out = self.maintain(reader, &keys, queue, max, lease).await?;
+            let plain = flow.max_in_flight.is_none() && flow.rate.is_none();
+            out = (self.maintain(reader, &keys, queue, (max, plain), lease)).await?;
         }
         if out.len() < max {
             let (count, spent, block) = (max - out.len(), out.len(), out.is_empty());
@@ -267,15 +306,73 @@ impl RedisBroker {
             }
             Err(e) => return Err(classify(e)),
         };
-        Ok(codec::read_reply(reply, queue, lease.as_millis() as u64))
+        let read = codec::read_reply(reply, queue, lease.as_millis() as u64);
+        if !read.is_empty() {
+            reader.marks = None;
+        }
+        Ok(read)
     }
 
+    /// Wait, as `Queue::idle` does, until `queue` may have work: a new entry
+    /// in its stream, a delayed message due before every other (its wake
+    /// stream), or the next one due, [`IDLE_WAIT`] at most, by one blocking
+    /// `XREAD` from where the last maintenance left both streams. Only
+    /// while the queue has nothing leased and its reads take no tokens (no
+    /// flow limit) and maintenance ran since the last read that found
+    /// something; otherwise `up_to`, as a poll.
+    pub(super) async fn wait_idle(&self, queue: &str, up_to: Duration) {
+        let Ok(reader) = self.reader(queue).await else {
+            return tokio::time::sleep(up_to).await;
+        };
+        let mut reader = reader.lock().await;
+        if reader.unblocked(&self.client).await.is_err() {
+            drop(reader);
+            return tokio::time::sleep(up_to).await;
+        }
+        let Some(marks) = reader.marks.take().filter(|_| reader.leased == 0) else {
+            drop(reader);
+            return tokio::time::sleep(up_to).await;
+        };
+        let keys = QueueKeys::new(queue);
+        let wait = reader.next_due.map_or(IDLE_WAIT, |at| {
+            at.saturating_duration_since(Instant::now())
+                .clamp(up_to, IDLE_WAIT)
+        });
+        reader.waiting = true;
+        let reply: redis::RedisResult<Value> = redis::cmd("XREAD")
+            .arg("COUNT")
+            .arg(1)
+            .arg("BLOCK")
+            .arg(wait.as_millis().max(1) as u64)
+            .arg("STREAMS")
+            .arg(&keys.stream)
+            .arg(&keys.wake)
+            .arg(&marks.delivered)
+            .arg(&marks.wake)
+            .query_async(&mut reader.conn)
+            .await;
+        reader.waiting = false;
+        match reply {
+            // A delayed message is due sooner than maintenance saw: the
+            // next receive maintains first.
+            Ok(v) if codec::names_stream(&v, &keys.wake) => reader.last_maintain = None,
+            Ok(_) => {}
+            Err(_) => {
+                drop(reader);
+                tokio::time::sleep(up_to).await;
+            }
+        }
+    }
+
+    /// Run `MAINTAIN`: up to `max` reclaimed deliveries, and what an idle
+    /// wait needs to know (kept only for a queue whose reads are `plain`,
+    /// without flow limits).
     async fn maintain(
         &self,
         reader: &mut Reader,
         keys: &QueueKeys,
         queue: &str,
-        max: usize,
+        (max, flow_plain): (usize, bool),
         lease: Duration,
     ) -> Result<Vec<Delivery>> {
         let mut conn = self.conn.clone();
@@ -284,6 +381,7 @@ impl RedisBroker {
             .key(&keys.delayed)
             .key(&keys.bodies)
             .key(&keys.leases)
+            .key(&keys.wake)
             .arg(GROUP)
             .arg(&self.consumer)
             .arg(lease.as_millis() as u64)
@@ -298,8 +396,19 @@ impl RedisBroker {
             .and_then(codec::into_string)
             .unwrap_or_else(|| "0-0".into());
         let lease_until = now_ms() + lease.as_millis() as u64;
+        let claimed = parts.next().map(codec::into_array).unwrap_or_default();
+        // -1 (no delayed message) reads as none.
+        reader.next_due = (parts.next().as_ref().and_then(int))
+            .map(|ms| Instant::now() + Duration::from_millis(ms));
+        reader.leased = parts.next().as_ref().and_then(int).unwrap_or(0);
+        let delivered = parts.next().and_then(codec::into_string);
+        let wake = parts.next().and_then(codec::into_string);
+        reader.marks = match (delivered, wake) {
+            (Some(delivered), Some(wake)) if flow_plain => Some(Marks { delivered, wake }),
+            _ => None,
+        };
         let mut out = Vec::new();
-        for item in parts.next().map(codec::into_array).unwrap_or_default() {
+        for item in claimed {
             // {entry id, fields, delivery count}
             let mut e = codec::into_array(item);
             let count = e.get(2).and_then(int);

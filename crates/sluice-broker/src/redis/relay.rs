@@ -22,50 +22,105 @@ use crate::message::new_id;
 const RELAY_MARKER_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// How often the relay also looks at the outboxes of every queue the broker
-/// knows, so that publishes held by a queue no host serves any more still
-/// reach their targets.
-const RELAY_ALL_EVERY: Duration = Duration::from_secs(2);
+/// knows, so that publishes held by a host that died before it relayed
+/// them, or by a queue no host serves any more, still reach their targets.
+const RELAY_ALL_EVERY: Duration = Duration::from_secs(5);
 
-/// Moves held publishes from the outboxes of the queues this host serves
-/// (at once when a settle wakes it, else every 50 ms) and of every known
-/// queue (every [`RELAY_ALL_EVERY`]) to their target queues. Runs until the
-/// broker is dropped.
-pub(super) async fn relay_loop(
-    conn: Conn,
-    orderings: Arc<Orderings>,
-    served: Arc<StdMutex<BTreeSet<String>>>,
-    wake: Arc<Notify>,
-) {
-    let mut backoff = Duration::from_millis(50);
-    let mut last_all = Instant::now();
-    loop {
-        tokio::select! {
-            _ = wake.notified() => {}
-            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+/// Outboxes looked at at once by a sweep of every queue.
+const SWEEP_AT_ONCE: usize = 64;
+
+/// The queues whose outboxes this host wrote to since the relay last
+/// looked, and the relay's wake-up.
+#[derive(Default)]
+pub(super) struct Wake {
+    queues: StdMutex<BTreeSet<String>>,
+    notify: Notify,
+}
+
+impl Wake {
+    /// `queue`'s outbox has publishes to relay.
+    pub(super) fn ring(&self, queue: &str) {
+        let mut queues = self.queues.lock().expect("relay lock");
+        if !queues.contains(queue) {
+            queues.insert(queue.to_string());
         }
-        let mut queues: BTreeSet<String> = served.lock().expect("served lock").clone();
-        if last_all.elapsed() >= RELAY_ALL_EVERY {
-            last_all = Instant::now();
-            let mut c = conn.clone();
-            match redis::cmd("SMEMBERS")
-                .arg(QUEUES_KEY)
-                .query_async::<Vec<String>>(&mut c)
-                .await
-            {
+        drop(queues);
+        self.notify.notify_one();
+    }
+
+    fn take(&self) -> BTreeSet<String> {
+        std::mem::take(&mut *self.queues.lock().expect("relay lock"))
+    }
+}
+
+/// Moves held publishes to their target queues: from the outboxes this
+/// host wrote to, at once when a settle rings `wake`; and from every known
+/// queue's outbox that holds any, every [`RELAY_ALL_EVERY`]. An outbox
+/// that failed is tried again with backoff. Runs until the broker is
+/// dropped.
+pub(super) async fn relay_loop(conn: Conn, orderings: Arc<Orderings>, wake: Arc<Wake>) {
+    let mut backoff = Duration::from_millis(50);
+    let mut next_sweep = Instant::now();
+    let mut failed: BTreeSet<String> = BTreeSet::new();
+    loop {
+        let until = if failed.is_empty() {
+            tokio::time::Instant::from_std(next_sweep)
+        } else {
+            tokio::time::Instant::now() + backoff
+        };
+        tokio::select! {
+            _ = wake.notify.notified() => {}
+            _ = tokio::time::sleep_until(until) => {}
+        }
+        let mut queues = std::mem::take(&mut failed);
+        queues.extend(wake.take());
+        if Instant::now() >= next_sweep {
+            next_sweep = Instant::now() + RELAY_ALL_EVERY;
+            match holding(&conn).await {
                 Ok(all) => queues.extend(all),
-                Err(e) => tracing::warn!(error = %e, "could not list queues to relay"),
+                Err(e) => tracing::warn!(error = %e, "could not list the outboxes to relay"),
             }
         }
         for q in queues {
             if let Err(e) = relay_queue(conn.clone(), &orderings, &q).await {
                 tracing::warn!(queue = %q, error = %e, "relaying held publishes failed; retrying in {backoff:?}");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-                continue;
+                failed.insert(q);
             }
-            backoff = Duration::from_millis(50);
+        }
+        backoff = if failed.is_empty() {
+            Duration::from_millis(50)
+        } else {
+            (backoff * 2).min(Duration::from_secs(5))
+        };
+    }
+}
+
+/// Every known queue whose outbox holds publishes, looked at
+/// [`SWEEP_AT_ONCE`] at a time.
+async fn holding(conn: &Conn) -> redis::RedisResult<Vec<String>> {
+    let all: Vec<String> = redis::cmd("SMEMBERS")
+        .arg(QUEUES_KEY)
+        .query_async(&mut conn.clone())
+        .await?;
+    let mut out = Vec::new();
+    for chunk in all.chunks(SWEEP_AT_ONCE) {
+        let mut lengths = tokio::task::JoinSet::new();
+        for q in chunk {
+            let (mut c, q) = (conn.clone(), q.clone());
+            lengths.spawn(async move {
+                let n: redis::RedisResult<u64> =
+                    redis::cmd("XLEN").arg(key(&q, "outbox")).query_async(&mut c).await;
+                n.map(|n| (q, n))
+            });
+        }
+        while let Some(done) = lengths.join_next().await {
+            let (q, n) = done.expect("an XLEN task never panics")?;
+            if n > 0 {
+                out.push(q);
+            }
         }
     }
+    Ok(out)
 }
 
 pub(super) async fn relay_queue(mut conn: Conn, orderings: &Orderings, queue: &str) -> Result<()> {

@@ -78,14 +78,16 @@ pub(crate) static PUBLISH: LazyLock<Script> =
 pub(crate) static ORDER: LazyLock<Script> =
     LazyLock::new(|| Script::new(with_prelude!("order.lua")));
 
-/// KEYS: stream, delayed, bodies, leases. ARGV: group, consumer, lease ms,
+/// KEYS: stream, delayed, bodies, leases, wake. ARGV: group, consumer, lease ms,
 /// max, cursor. Moves due delayed messages into the stream, then claims
 /// entries whose lease (idle time) ran out. A lease is the longest that any
 /// live consumer of the queue leases for: each says its own in `leases`
 /// (as `lease expiry`, kept fresh by every call and dropped 30 s after its
 /// consumer's last one), so that a host with a short lease never takes a
 /// message from one that leased it for longer. Returns {next cursor,
-/// {entry id, fields, delivery count}...}.
+/// {entry id, fields, delivery count}..., ms until the next delayed
+/// message is due (-1 for none), entries leased, the group's last
+/// delivered entry id, the wake stream's last entry id (`0-0` for none)}.
 pub(crate) static MAINTAIN: LazyLock<Script> =
     LazyLock::new(|| Script::new(with_prelude!("maintain.lua")));
 

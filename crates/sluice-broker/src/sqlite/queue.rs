@@ -123,7 +123,7 @@ impl Queue for SqliteBroker {
     /// its last receive began, or for its next message's due time (at
     /// least `up_to`, so that a message due but not taken, held back by a
     /// flow limit, is not looked at in a spin), or for
-    /// 5 s at most (`wake::WATCHED_WAIT`). Where the file's doorbells are not
+    /// 30 s at most (`wake::WATCHED_WAIT`). Where the file's doorbells are not
     /// watched, for `up_to` at most, as a poll.
     async fn idle(&self, queue: &str, up_to: Duration) {
         if !self.bells.on() {

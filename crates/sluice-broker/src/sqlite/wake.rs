@@ -26,9 +26,12 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 /// The longest an idle worker of a watched file waits before it looks
-/// again: the fallback for a change no doorbell announces (another host's
-/// retry of a message it leased, which that host takes itself).
-pub(super) const WATCHED_WAIT: Duration = Duration::from_secs(5);
+/// again: the fallback for a ring lost some way this module does not know
+/// of (an overflow of the watcher's queue rings every queue). Every commit
+/// that makes a message due sooner rings, and a wait ends at the next due
+/// time (a delayed message, a lease's end), so a host with a thousand idle
+/// queues looks about 33 times a second in all.
+pub(super) const WATCHED_WAIT: Duration = crate::IDLE_MOST;
 
 /// The wake-ups of one database file, shared by every broker of this
 /// process that opened it.

@@ -32,11 +32,18 @@ local function remember_written(written, digest, keep)
   redis.call('LTRIM', written, 0, 15)
   redis.call('PEXPIRE', written, keep)
 end
--- Queue a body now (stream) or later (bodies hash + delayed set).
+-- Queue a body now (stream) or later (bodies hash + delayed set). A body
+-- due before every other delayed one of its queue rings the queue's wake
+-- stream (its key is the delayed set's with `wake` for `delayed`): a
+-- reader idle until the earliest due time it saw looks again.
 local function enqueue(stream, delayed, bodies, id, fields, due, now)
   if due > now then
+    local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
     redis.call('HSET', bodies, id, cmsgpack.pack(fields))
     redis.call('ZADD', delayed, due, id)
+    if first[2] == nil or tonumber(first[2]) > due then
+      redis.call('XADD', string.sub(delayed, 1, -8) .. 'wake', 'MAXLEN', '1', '*', 'w', '1')
+    end
   else
     redis.call('XADD', stream, '*', unpack(fields))
   end

@@ -29,4 +29,22 @@ for _, e in ipairs(claimed[2]) do
     table.insert(out, {e[1], e[2], count})
   end
 end
-return {claimed[1], out}
+-- What an idle reader needs to wait without missing anything: when the
+-- next delayed message is due (ms from now, -1 for none), how many entries
+-- are leased, the group's last delivered entry and the wake stream's last.
+local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local next_due = -1
+if first[2] then next_due = math.max(0, tonumber(first[2]) - now) end
+local pending = redis.call('XPENDING', KEYS[1], group)[1]
+local delivered = '0-0'
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local name, last
+  for j = 1, #g, 2 do
+    if g[j] == 'name' then name = g[j + 1] elseif g[j] == 'last-delivered-id' then last = g[j + 1] end
+  end
+  if name == group and last then delivered = last end
+end
+local rung = redis.call('XREVRANGE', KEYS[5], '+', '-', 'COUNT', 1)
+local wake = '0-0'
+if rung[1] then wake = rung[1][1] end
+return {claimed[1], out, next_due, pending, delivered, wake}
