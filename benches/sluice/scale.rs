@@ -37,16 +37,8 @@ fn queue(i: usize) -> String {
     format!("h{i:04}")
 }
 
-/// Start `sluice run` on `url` with `n` copies of `hello` in `mode`, the
-/// compile cache in `cache`; returns once every handler serves, with how
-/// long that took.
-fn start(
-    url: &str,
-    dir: &std::path::Path,
-    cache: &std::path::Path,
-    n: usize,
-    mode: &str,
-) -> (Host, Duration) {
+/// A handlers directory in `dir` with `n` copies of `hello` in `mode`.
+fn handlers(dir: &std::path::Path, n: usize, mode: &str) -> PathBuf {
     let handlers = dir.join(format!("handlers-{n}-{mode}"));
     std::fs::create_dir_all(&handlers).unwrap();
     let hello = guest_in("rust", "hello");
@@ -58,15 +50,27 @@ fn start(
         )
         .unwrap();
     }
-    let log = dir.join(format!("host-{n}-{mode}.log"));
+    handlers
+}
+
+/// Start `sluice run` on `url` serving the `n` handlers in `handlers`, the
+/// compile cache in `cache`, logging to `log`; returns once every handler
+/// serves, with how long that took.
+fn start(
+    url: &str,
+    handlers: &std::path::Path,
+    cache: &std::path::Path,
+    log: PathBuf,
+    n: usize,
+) -> (Host, Duration) {
     let started = Instant::now();
     let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["--broker", url, "run", "--handlers"])
-        .arg(&handlers)
+        .arg(handlers)
         .args(["--admin", "127.0.0.1:0"])
         .env("XDG_CACHE_HOME", cache)
         .env("RUST_LOG", "info")
-        .current_dir(dir)
+        .current_dir(handlers.parent().unwrap())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -111,11 +115,17 @@ fn rss_mib(pid: u32) -> f64 {
     kib / 1024.0
 }
 
-/// Publish [`DRAIN`] messages over `queues` queues (round-robin), then time
-/// the host until every one is done: messages a second.
-async fn drain_rate(broker: &Arc<dyn Broker>, host: &Host, queues: usize) -> f64 {
-    let done_before = done(broker, queues).await;
-    let started = Instant::now();
+/// Publish [`DRAIN`] messages over the first `queues` queues
+/// (round-robin), then start a host serving the `n` handlers in `handlers`
+/// and time it until every message is done: messages a second, the host's
+/// start included (its handlers drain as they load).
+async fn drain_rate(
+    broker: &Arc<dyn Broker>,
+    (url, handlers, cache, log): (&str, &std::path::Path, &std::path::Path, PathBuf),
+    n: usize,
+    queues: usize,
+) -> f64 {
+    let done_before = done(broker, n).await;
     for chunk in (0..DRAIN).collect::<Vec<_>>().chunks(1000) {
         let batch = chunk
             .iter()
@@ -123,9 +133,14 @@ async fn drain_rate(broker: &Arc<dyn Broker>, host: &Host, queues: usize) -> f64
             .collect();
         broker.publish(batch).await.unwrap();
     }
+    let (url, handlers, cache) = (url.to_string(), handlers.to_path_buf(), cache.to_path_buf());
+    let started = Instant::now();
+    let (host, _) = tokio::task::spawn_blocking(move || start(&url, &handlers, &cache, log, n))
+        .await
+        .unwrap();
     let target = done_before + DRAIN as u64;
     loop {
-        let now = done(broker, queues).await;
+        let now = done(broker, n).await;
         if now >= target {
             break;
         }
@@ -165,8 +180,8 @@ async fn at_rest(host: &Host) -> (f64, f64) {
     (rss, idle)
 }
 
-/// One point: `n` handlers in `mode` on `url` (a fresh broker each time,
-/// from `fresh`).
+/// One point: `n` handlers in `mode` on `url`, through `broker`: a host
+/// started to measure it at rest, then one per drain.
 async fn point(
     name: &str,
     broker: Arc<dyn Broker>,
@@ -176,18 +191,21 @@ async fn point(
     n: usize,
     mode: &str,
 ) {
-    let (url, dir2, cache2, mode2) = (
+    let handlers = handlers(dir, n, mode);
+    let log = |what: &str| dir.join(format!("host-{name}-{n}-{mode}-{what}.log"));
+    let (u, h, c, l) = (
         url.to_string(),
-        dir.to_path_buf(),
+        handlers.clone(),
         cache.to_path_buf(),
-        mode.to_string(),
+        log("rest"),
     );
-    let (host, ready) = tokio::task::spawn_blocking(move || start(&url, &dir2, &cache2, n, &mode2))
+    let (host, ready) = tokio::task::spawn_blocking(move || start(&u, &h, &c, l, n))
         .await
         .unwrap();
     let (rss, idle) = at_rest(&host).await;
-    let spread = drain_rate(&broker, &host, n).await;
-    let one = drain_rate(&broker, &host, 1).await;
+    drop(host);
+    let spread = drain_rate(&broker, (url, &handlers, cache, log("spread")), n, n).await;
+    let one = drain_rate(&broker, (url, &handlers, cache, log("one")), n, 1).await;
     println!(
         "scale   {name:<6} {n:>5} hello {mode:<5}: ready in {:>6.2} s, RSS {rss:>6.1} MiB, idle {idle:>5.2}% of a core; drain of {DRAIN} over {n} queues {spread:>7.0}/s, on one {one:>7.0}/s, ratio {:.2} (targets at 1000: ready <= 5 s, RSS <= 512 MiB, idle <= 2%, ratio >= 0.8)",
         ready.as_secs_f64(),
@@ -217,9 +235,10 @@ async fn point(
 async fn postgres_idle(dir: &std::path::Path, cache: &std::path::Path) {
     let pg = sluice_broker::testkit::PgServer::start_durable();
     let n = *COUNTS.last().unwrap();
-    let (url, dir2, cache2) = (pg.url(), dir.to_path_buf(), cache.to_path_buf());
+    let handlers = handlers(&dir.join("pg"), n, "reuse");
+    let (url, log, cache2) = (pg.url(), dir.join("host-postgres.log"), cache.to_path_buf());
     let (host, ready) =
-        tokio::task::spawn_blocking(move || start(&url, &dir2.join("pg"), &cache2, n, "reuse"))
+        tokio::task::spawn_blocking(move || start(&url, &handlers, &cache2, log, n))
             .await
             .unwrap();
     let (rss, idle) = at_rest(&host).await;
@@ -228,9 +247,21 @@ async fn postgres_idle(dir: &std::path::Path, cache: &std::path::Path) {
         ready.as_secs_f64()
     );
     let group = format!("{n} reuse");
-    record::figure("scale ready", broker_name("postgres"), &group, "s", ready.as_secs_f64());
+    record::figure(
+        "scale ready",
+        broker_name("postgres"),
+        &group,
+        "s",
+        ready.as_secs_f64(),
+    );
     record::figure("scale rss", broker_name("postgres"), &group, "MiB", rss);
-    record::figure("scale idle", broker_name("postgres"), &group, "% of a core", idle);
+    record::figure(
+        "scale idle",
+        broker_name("postgres"),
+        &group,
+        "% of a core",
+        idle,
+    );
 }
 
 /// The section: every count and mode, on SQLite and Redis, then 1,000
@@ -253,12 +284,12 @@ pub async fn bench() {
                 };
                 if n == COUNTS[0] && mode == "reuse" && name == "sqlite" {
                     // Warm the compile cache.
-                    let (url, d, c) = (url.clone(), dir.path().to_path_buf(), cache.clone());
-                    tokio::task::spawn_blocking(move || {
-                        drop(start(&url, &d.join("warm"), &c, 1, "reuse"))
-                    })
-                    .await
-                    .unwrap();
+                    let warm = dir.path().join("warm");
+                    let (url, h, c) = (url.clone(), handlers(&warm, 1, "reuse"), cache.clone());
+                    let log = warm.join("host.log");
+                    tokio::task::spawn_blocking(move || drop(start(&url, &h, &c, log, 1)))
+                        .await
+                        .unwrap();
                 }
                 point(name, broker, &url, dir.path(), &cache, n, mode).await;
             }

@@ -120,7 +120,10 @@ const COUNTS_ONE_BY_ONE: usize = 32;
 
 /// The counts of `queues`: one call each, or one stats call of every queue
 /// when they are many.
-async fn read_counts(broker: &dyn Broker, queues: &[&str]) -> crate::broker::Result<Vec<QueueStats>> {
+async fn read_counts(
+    broker: &dyn Broker,
+    queues: &[&str],
+) -> crate::broker::Result<Vec<QueueStats>> {
     if queues.len() > COUNTS_ONE_BY_ONE {
         return broker.stats().await;
     }

@@ -22,13 +22,18 @@ pub(super) async fn batch_loop(caller: Caller) {
             return;
         };
         if caller.stopping() {
-            for (delivery, key, permit) in jobs {
-                caller.settled(back(delivery, key), permit);
-            }
+            hand_back(&caller, jobs);
             continue;
         }
         let _in_call = InCall::new(&caller.stats, jobs.len());
         run_batch(&caller, jobs).await;
+    }
+}
+
+/// Hand `jobs` back untouched, their attempts not spent.
+fn hand_back(caller: &Caller, jobs: Vec<Job>) {
+    for (delivery, key, permit) in jobs {
+        caller.settled(back(delivery, key), permit);
     }
 }
 
@@ -62,10 +67,7 @@ async fn take_batch(caller: &Caller) -> Option<Vec<Job>> {
 async fn run_batch(caller: &Caller, jobs: Vec<Job>) {
     let spec = &*caller.spec;
     let Some(ready) = caller.ready().await else {
-        for (delivery, key, permit) in jobs {
-            caller.settled(back(delivery, key), permit);
-        }
-        return;
+        return hand_back(caller, jobs);
     };
     let mut batch = Batch::default();
     for (delivery, key, permit) in jobs {

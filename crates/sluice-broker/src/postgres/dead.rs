@@ -55,6 +55,30 @@ impl DeadLetters for PgBroker {
     }
 
     async fn replay(&self, queue: &str, selector: &ReplaySelector) -> Result<u64> {
+        let moved = self.replay_batches(queue, selector).await?;
+        if moved > 0 {
+            // The schema's replay notifies nobody: idle receivers on every
+            // host are woken here.
+            self.wake_everywhere(queue).await;
+        }
+        Ok(moved)
+    }
+
+    async fn purge(&self, queue: &str) -> Result<u64> {
+        let context = format!("purging the dead letters of queue {queue:?}");
+        let conn = self.conn(&context).await?;
+        let row = conn
+            .query_one("SELECT purge_dead($1)", &[&queue])
+            .await
+            .map_err(|e| classify(&context, e))?;
+        Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+}
+
+impl PgBroker {
+    /// Move the dead letters `selector` picks back to `queue`, in batches;
+    /// how many moved.
+    async fn replay_batches(&self, queue: &str, selector: &ReplaySelector) -> Result<u64> {
         let context = format!("replaying the dead letters of queue {queue:?}");
         let conn = self.conn(&context).await?;
         let died_by = selector
@@ -101,14 +125,16 @@ impl DeadLetters for PgBroker {
         }
     }
 
-    async fn purge(&self, queue: &str) -> Result<u64> {
-        let context = format!("purging the dead letters of queue {queue:?}");
-        let conn = self.conn(&context).await?;
-        let row = conn
-            .query_one("SELECT purge_dead($1)", &[&queue])
-            .await
-            .map_err(|e| classify(&context, e))?;
-        Ok(row.get::<_, i64>(0).max(0) as u64)
+    /// Wake the idle receivers of `queue` on every host (a notification);
+    /// one that is not heard is made up for by their next look.
+    pub(super) async fn wake_everywhere(&self, queue: &str) {
+        self.wakes.wake(queue);
+        let Ok(conn) = self.conn("waking receivers").await else {
+            return;
+        };
+        if let Err(e) = conn.execute("SELECT wake($1)", &[&vec![queue]]).await {
+            tracing::debug!(queue, error = %e, "could not notify the queue's receivers; they look again within 30 s");
+        }
     }
 }
 

@@ -191,7 +191,12 @@ impl Queue for PgBroker {
     }
 
     async fn set_ordering(&self, queue: &str, ordering: Option<&OrderedGroups>) -> Result<()> {
-        self.order(queue, ordering).await
+        self.order(queue, ordering).await?;
+        // A changed ordering may let waiting messages go, unannounced: this
+        // host's idle receivers look again (every host sets its handlers'
+        // orderings again each STATUS_EVERY).
+        self.wakes.wake(queue);
+        Ok(())
     }
 }
 

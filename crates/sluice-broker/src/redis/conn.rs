@@ -91,7 +91,10 @@ impl Client {
                 .build()
                 .map_err(|e| anyhow::anyhow!("bad Redis Cluster URL {url:?}: {e}"))
         };
-        let clients = [cluster(RESPONSE_TIMEOUT)?, cluster(BLOCKING_RESPONSE_TIMEOUT)?];
+        let clients = [
+            cluster(RESPONSE_TIMEOUT)?,
+            cluster(BLOCKING_RESPONSE_TIMEOUT)?,
+        ];
         Ok((Client::Cluster(Box::new(clients)), true))
     }
 

@@ -108,8 +108,10 @@ async fn holding(conn: &Conn) -> redis::RedisResult<Vec<String>> {
         for q in chunk {
             let (mut c, q) = (conn.clone(), q.clone());
             lengths.spawn(async move {
-                let n: redis::RedisResult<u64> =
-                    redis::cmd("XLEN").arg(key(&q, "outbox")).query_async(&mut c).await;
+                let n: redis::RedisResult<u64> = redis::cmd("XLEN")
+                    .arg(key(&q, "outbox"))
+                    .query_async(&mut c)
+                    .await;
                 n.map(|n| (q, n))
             });
         }
